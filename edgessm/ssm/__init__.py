@@ -1,0 +1,52 @@
+"""State-space layers: the math of the Centaurus blocks, readable next to the paper.
+
+Modules:
+    discretize  diagonal modes, S4D-Lin initialisation, ZOH transition, powers of Ā
+    kernels     kernel generation without materialising basis kernels (the paper's get_kernel)
+    fftconv     causal FFT convolution, the bottleneck contraction planner and its FLOP model
+    blocks      depthwise (S4D), pointwise bottleneck (S5), bottleneck and full SSM blocks
+    resample    causal pooling, strided / transposed convolutions, causal depthwise Conv1d
+    residual    the Centaurus residual block (Fig. 5)
+    stream      the streaming contract (``forward`` beside ``step``), counts, helpers
+"""
+
+from .blocks import (
+    SSM_KINDS,
+    BottleneckSSM,
+    DepthwiseSSM,
+    FullSSM,
+    PointwiseBottleneckSSM,
+    SSMLayer,
+    make_ssm,
+)
+from .fftconv import Plan, bottleneck_flops, causal_conv, cheapest_plan, plan_bottleneck
+from .resample import AvgPool, CausalDepthwiseConv, DownConv, UpConv
+from .residual import CentaurusBlock, ChannelNorm, trainable_parameters
+from .stream import Counts, Streamable, StreamSequential, flops_per_second, run_chunked
+
+__all__ = [
+    "SSM_KINDS",
+    "AvgPool",
+    "BottleneckSSM",
+    "CausalDepthwiseConv",
+    "CentaurusBlock",
+    "ChannelNorm",
+    "Counts",
+    "DepthwiseSSM",
+    "DownConv",
+    "FullSSM",
+    "Plan",
+    "PointwiseBottleneckSSM",
+    "SSMLayer",
+    "StreamSequential",
+    "Streamable",
+    "UpConv",
+    "bottleneck_flops",
+    "causal_conv",
+    "cheapest_plan",
+    "flops_per_second",
+    "make_ssm",
+    "plan_bottleneck",
+    "run_chunked",
+    "trainable_parameters",
+]

@@ -1,0 +1,386 @@
+"""The four Centaurus SSM blocks (paper Fig. 1, Table 3), each with ``forward`` beside ``step``.
+
+Index names follow the paper: ``i`` input channel (H), ``j`` output channel (H'), ``n`` state,
+``m`` sub-state, ``l``/``t`` time, ``b`` batch.
+
+=================  ===============================  ======================  ==================
+block              kernel (time domain)             modes (complex states)  training path
+=================  ===============================  ======================  ==================
+depthwise (S4D)    k_il = Σ_n Δ_in E_in Re(Ā_in^l)  (H, N)                  depthwise conv, mix
+pointwise (S5)     k_nl = Re(Ā_n^l)                 (N,)                    planned bottleneck
+bottleneck         k_nl = Σ_m E_nm Re(Ā_nm^l)       (N, M)                  planned bottleneck
+full               k_jil = Σ_n Δ_in E_jin Re(Ā^l)   (H', H, N)              full conv
+=================  ===============================  ======================  ==================
+
+Streaming (``step``) carries each complex state as two real tensors ``(re, im)`` and advances a
+chunk of ``T`` samples at once with the Centaurus decomposition (all real arithmetic):
+
+    y[t]   = Σ_modes w · Re(Ā^{t+1} x)  +  (k * u_chunk)[t]          (carried state + in-chunk conv)
+    x_new  = Ā^T x + Σ_s Ā^{T-1-s} u'[s]                              (post-update state, eq. 8)
+
+where ``u'`` is the input that drives the mode (``u`` itself, or ``B̄ u``) and ``w`` its readout
+weight. Long chunks are split into sub-chunks of at most ``max_step_chunk`` samples so that the
+``T x T`` in-chunk Toeplitz matrices stay small.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from .discretize import DiagonalModes, dt_grid, powers, s4d_imag
+from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, plan_bottleneck
+from .kernels import modal_kernel
+from .stream import Counts, State, Streamable, causal_toeplitz
+
+
+def _kaiming(rows: int, cols: int) -> nn.Parameter:
+    w = torch.empty(rows, cols)
+    nn.init.kaiming_uniform_(w, a=math.sqrt(5))  # the nn.Linear default, fan_in = cols
+    return nn.Parameter(w)
+
+
+def _hi(x: Tensor) -> Tensor:
+    """Float64 where the device has it: step constants are built in high precision, then cast."""
+    return x if x.device.type == "mps" else x.to(torch.float64)
+
+
+class SSMLayer(Streamable):
+    """Common machinery of the SSM blocks: sub-chunked streaming and step constants.
+
+    Subclasses define ``forward``, ``impulse_response``, ``state_shapes``, ``counts``,
+    ``step_constants(T)`` and ``advance(u, state, consts)``.
+    """
+
+    kind: str = ""
+    max_step_chunk: int = 256
+    h_in: int
+    h_out: int
+
+    def step(self, u: Tensor, state: State) -> tuple[Tensor, State]:
+        """Advance by ``u (B, H, T)``, any ``T``; returns ``(B, H', T)`` and the new state."""
+        outs = []
+        cache: dict[int, dict[str, Tensor]] = {}  # pieces share their length but for the last
+        for pos in range(0, u.shape[-1], self.max_step_chunk):
+            piece = u[..., pos : pos + self.max_step_chunk]
+            size = piece.shape[-1]
+            if size not in cache:
+                cache[size] = {k: v.to(u.dtype) for k, v in self.step_constants(size).items()}
+            y, state = self.advance(piece, state, cache[size])
+            outs.append(y)
+        if not outs:
+            return u.new_zeros(u.shape[0], self.h_out, 0), state
+        return torch.cat(outs, dim=-1), state
+
+    def step_constants(self, length: int) -> dict[str, Tensor]:
+        raise NotImplementedError
+
+    def advance(self, u: Tensor, state: State, consts: dict[str, Tensor]) -> tuple[Tensor, State]:
+        raise NotImplementedError
+
+    def impulse_response(self, length: int) -> Tensor:
+        """The block's full MIMO kernel ``(H', H, length)``: ``y_j = Σ_i k_ji * u_i``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _modal_constants(wr: Tensor, wi: Tensor, weight: Tensor, length: int) -> dict[str, Tensor]:
+        """Powers of Ā a chunk of ``length`` needs, for modes of shape ``S``.
+
+        ``out_*``: ``Ā^{t+1}`` times the readout weight, ``(*S, T)``;
+        ``in_*``: ``Ā^{T-1-s}``, ``(*S, T)``; ``decay_*``: ``Ā^T``, ``S``;
+        ``toeplitz``: the in-chunk kernel ``Σ_m w Re(Ā^l)`` as a Toeplitz matrix.
+        """
+        dev = wr.device
+        t = torch.arange(length + 1, device=dev)
+        pr, pi = powers(wr, wi, t)  # Ā^0 .. Ā^T
+        w = weight.expand(wr.shape).unsqueeze(-1)
+        k = modal_kernel(wr, wi, weight, length)
+        return {
+            "out_re": w * pr[..., 1:],
+            "out_im": w * pi[..., 1:],
+            "in_re": pr[..., :-1].flip(-1),
+            "in_im": pi[..., :-1].flip(-1),
+            "decay_re": pr[..., -1],
+            "decay_im": pi[..., -1],
+            "toeplitz": causal_toeplitz(k),
+        }
+
+
+class DepthwiseSSM(SSMLayer):
+    """Depthwise-separable SSM (S4D-like): one N-mode kernel per channel, then a pointwise mixer.
+
+    ``y_jf = M_ji (û_if Δ_in E_in K̂_inf)``. Δ is initialised over the channel axis ``i`` and
+    ``A_in = -1/2 + iπn`` over the state axis (paper App. E).
+
+    Args:
+        h_in: input channels H.
+        h_out: output channels H' (default H).
+        n_states: states per channel N.
+        mixer: add the H -> H' pointwise mixer (required when ``h_out != h_in``).
+    """
+
+    kind = "depthwise"
+
+    def __init__(
+        self,
+        h_in: int,
+        h_out: int | None = None,
+        n_states: int = 4,
+        *,
+        mixer: bool = True,
+        dt_min: float = 1e-3,
+        dt_max: float = 1e-1,
+    ) -> None:
+        super().__init__()
+        h_out = h_in if h_out is None else h_out
+        if not mixer and h_out != h_in:
+            raise ValueError("a depthwise SSM without mixer keeps its channel count (h_out == h_in)")
+        self.h_in, self.h_out, self.n_states = h_in, h_out, n_states
+        dt = dt_grid(h_in, dt_min, dt_max)[:, None].expand(h_in, n_states)
+        self.modes = DiagonalModes(s4d_imag(n_states).expand(h_in, n_states), dt)
+        self.E = nn.Parameter(torch.randn(h_in, n_states) / math.sqrt(n_states))
+        self.mixer = _kaiming(h_out, h_in) if mixer else None
+
+    def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        wr, wi = self.modes.dtA()
+        return wr, wi, self.modes.delta() * self.E  # Δ folded into the readout: unit input gain
+
+    def _mix(self, y: Tensor) -> Tensor:
+        return y if self.mixer is None else torch.einsum("bit,ji->bjt", y, self.mixer)
+
+    def kernel(self, length: int) -> Tensor:
+        """Per-channel kernels ``(H, length)``."""
+        return modal_kernel(*self._weights(), length)
+
+    def forward(self, u: Tensor) -> Tensor:
+        """``(B, H, L) -> (B, H', L)``."""
+        return self._mix(causal_conv(u, self.kernel(u.shape[-1]).to(u.dtype), "depthwise"))
+
+    def impulse_response(self, length: int) -> Tensor:
+        k = self.kernel(length)
+        if self.mixer is None:
+            return torch.diag_embed(k.T).permute(1, 2, 0)
+        return self.mixer[:, :, None] * k[None]
+
+    def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        shape = (self.h_in, self.n_states)
+        return [("re", shape), ("im", shape)]
+
+    def step_constants(self, length: int) -> dict[str, Tensor]:
+        return self._modal_constants(*map(_hi, self._weights()), length)
+
+    def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
+        xr, xi = state
+        y = torch.einsum("bin,int->bit", xr, c["out_re"]) - torch.einsum("bin,int->bit", xi, c["out_im"])
+        y = y + torch.einsum("its,bis->bit", c["toeplitz"], u)
+        ar, ai = c["decay_re"], c["decay_im"]
+        new_r = ar * xr - ai * xi + torch.einsum("bis,ins->bin", u, c["in_re"])
+        new_i = ai * xr + ar * xi + torch.einsum("bis,ins->bin", u, c["in_im"])
+        return self._mix(y), [new_r, new_i]
+
+    def counts(self) -> Counts:
+        h, j, n = self.h_in, self.h_out, self.n_states
+        mix_p, mix_f = (h * j, 2 * h * j) if self.mixer is not None else (0, 0)
+        return Counts(3 * h * n + mix_p, 9 * h * n + mix_f)  # Table 3: depthwise(-separable)
+
+
+class FullSSM(SSMLayer):
+    """Full SSM block: every (output, input) channel pair has its own N-mode kernel.
+
+    ``y_jf = û_if Δ_in E_jin K̂_jinf``. Δ is initialised over the input-channel axis ``i`` and
+    ``A_jin = -1/2 + iπn`` over ``n`` (paper App. E). Its streaming state is ``H' H N`` complex
+    numbers, so it belongs where channels are few (the waveform end of a network).
+    """
+
+    kind = "full"
+
+    def __init__(self, h_in: int, h_out: int, n_states: int = 4, *, dt_min: float = 1e-3, dt_max: float = 1e-1) -> None:
+        super().__init__()
+        self.h_in, self.h_out, self.n_states = h_in, h_out, n_states
+        shape = (h_out, h_in, n_states)
+        dt = dt_grid(h_in, dt_min, dt_max)[:, None].expand(h_in, n_states)  # Δ_in
+        self.modes = DiagonalModes(s4d_imag(n_states).expand(shape), dt)
+        self.E = nn.Parameter(torch.randn(shape) / math.sqrt(h_in * n_states))
+
+    def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        wr, wi = self.modes.dtA()
+        return wr, wi, self.modes.delta() * self.E
+
+    def kernel(self, length: int) -> Tensor:
+        """``(H', H, length)``."""
+        return modal_kernel(*self._weights(), length)
+
+    def forward(self, u: Tensor) -> Tensor:
+        return causal_conv(u, self.kernel(u.shape[-1]).to(u.dtype), "full")
+
+    def impulse_response(self, length: int) -> Tensor:
+        return self.kernel(length)
+
+    def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        shape = (self.h_out, self.h_in, self.n_states)
+        return [("re", shape), ("im", shape)]
+
+    def step_constants(self, length: int) -> dict[str, Tensor]:
+        return self._modal_constants(*map(_hi, self._weights()), length)
+
+    def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
+        xr, xi = state
+        y = torch.einsum("bjin,jint->bjt", xr, c["out_re"]) - torch.einsum("bjin,jint->bjt", xi, c["out_im"])
+        y = y + torch.einsum("jits,bis->bjt", c["toeplitz"], u)
+        ar, ai = c["decay_re"], c["decay_im"]
+        in_r = torch.einsum("bis,jins->bjin", u, c["in_re"])
+        in_i = torch.einsum("bis,jins->bjin", u, c["in_im"])
+        return y, [ar * xr - ai * xi + in_r, ai * xr + ar * xi + in_i]
+
+    def counts(self) -> Counts:
+        h, j, n = self.h_in, self.h_out, self.n_states
+        return Counts(3 * h * j * n, 9 * h * j * n)  # Table 3: full
+
+
+class _ProjectedSSM(SSMLayer):
+    """Shared code of the two bottleneck blocks: ``y = C E Re(x)``, ``x' = Ā x + B̄ u`` (eq. 8)."""
+
+    def __init__(
+        self, h_in: int, h_out: int, modes: DiagonalModes, sub_weights: Tensor | None, plan: str | Plan = "auto"
+    ) -> None:
+        super().__init__()
+        self.h_in, self.h_out = h_in, h_out
+        self.n_states, self.n_sub = modes.shape
+        self.modes = modes
+        self.E = None if sub_weights is None else nn.Parameter(sub_weights)
+        self.B = _kaiming(self.n_states, h_in)
+        self.C = _kaiming(h_out, self.n_states)
+        self.plan = plan
+
+    def _sub_weights(self) -> Tensor:
+        return torch.ones(self.modes.shape, device=self.B.device) if self.E is None else self.E
+
+    def b_bar(self) -> Tensor:
+        """``B̄_ni = Δ_n B_ni`` (one Δ per state block)."""
+        return self.modes.delta()[:, :1] * self.B
+
+    def kernel(self, length: int) -> Tensor:
+        """Per-state kernels ``(N, length)`` with the sub-states contracted away."""
+        wr, wi = self.modes.dtA()
+        return modal_kernel(wr, wi, self._sub_weights(), length)
+
+    def choose_plan(self, batch: int, length: int) -> Plan:
+        """The contraction order ``forward`` uses for this batch size (see :mod:`.fftconv`)."""
+        if isinstance(self.plan, Plan):
+            return self.plan
+        if self.plan == "auto":
+            return plan_bottleneck(batch, self.h_in, self.h_out, self.n_states)
+        if self.plan == "flops":
+            return cheapest_plan(batch, self.h_in, self.h_out, self.n_states, length)
+        for p in PLANS:
+            if p.name == self.plan:
+                return p
+        raise ValueError(f"unknown plan {self.plan!r}; use 'auto', 'flops' or one of {[p.name for p in PLANS]}")
+
+    def forward(self, u: Tensor) -> Tensor:
+        """``(B, H, L) -> (B, H', L)`` along the planned contraction order."""
+        batch, _, length = u.shape
+        k = self.kernel(length).to(u.dtype)
+        return bottleneck_conv(u, k, self.b_bar().to(u.dtype), self.C.to(u.dtype), self.choose_plan(batch, length))
+
+    def impulse_response(self, length: int) -> Tensor:
+        return torch.einsum("jn,nl,ni->jil", self.C, self.kernel(length), self.b_bar())
+
+    def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        shape = (self.n_states, self.n_sub)
+        return [("re", shape), ("im", shape)]
+
+    def step_constants(self, length: int) -> dict[str, Tensor]:
+        wr, wi = self.modes.dtA()
+        consts = self._modal_constants(_hi(wr), _hi(wi), _hi(self._sub_weights()), length)
+        consts["b_bar"] = self.b_bar()
+        consts["c"] = self.C
+        return consts
+
+    def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
+        xr, xi = state
+        v = torch.einsum("bit,ni->bnt", u, c["b_bar"])  # u'_n = B̄_ni u_i
+        z = torch.einsum("bnm,nmt->bnt", xr, c["out_re"]) - torch.einsum("bnm,nmt->bnt", xi, c["out_im"])
+        z = z + torch.einsum("nts,bns->bnt", c["toeplitz"], v)
+        ar, ai = c["decay_re"], c["decay_im"]
+        new_r = ar * xr - ai * xi + torch.einsum("bns,nms->bnm", v, c["in_re"])
+        new_i = ai * xr + ar * xi + torch.einsum("bns,nms->bnm", v, c["in_im"])
+        return torch.einsum("bnt,jn->bjt", z, c["c"]), [new_r, new_i]
+
+
+class PointwiseBottleneckSSM(_ProjectedSSM):
+    """Pointwise bottleneck (S5-like): project H -> N states, one mode per state, project N -> H'.
+
+    States are initialised in groups of ``group`` (4): Δ over the groups, ``A = -1/2 + iπm``
+    within each group (paper App. E).
+    """
+
+    kind = "pointwise"
+
+    def __init__(
+        self,
+        h_in: int,
+        h_out: int,
+        n_states: int = 16,
+        *,
+        group: int = 4,
+        plan: str | Plan = "auto",
+        dt_min: float = 1e-3,
+        dt_max: float = 1e-1,
+    ) -> None:
+        group = max(1, min(group, n_states))
+        n_groups = -(-n_states // group)
+        dt = dt_grid(n_groups, dt_min, dt_max).repeat_interleave(group)[:n_states, None]
+        imag = s4d_imag(group).repeat(n_groups)[:n_states, None]
+        super().__init__(h_in, h_out, DiagonalModes(imag, dt), None, plan)
+
+    def counts(self) -> Counts:
+        h, j, n = self.h_in, self.h_out, self.n_states
+        return Counts(h * n + 2 * n + j * n, 2 * h * n + 7 * n + 2 * j * n)  # Table 3: pointwise bottleneck
+
+
+class BottleneckSSM(_ProjectedSSM):
+    """Bottleneck: N state blocks of M sub-states each, mixed by real weights E (eq. 7-8).
+
+    Δ is initialised over the state blocks ``n`` and ``A_nm = -1/2 + iπm`` over sub-states.
+    """
+
+    kind = "bottleneck"
+
+    def __init__(
+        self,
+        h_in: int,
+        h_out: int,
+        n_states: int = 16,
+        n_sub: int = 4,
+        *,
+        plan: str | Plan = "auto",
+        dt_min: float = 1e-3,
+        dt_max: float = 1e-1,
+    ) -> None:
+        dt = dt_grid(n_states, dt_min, dt_max)[:, None]
+        imag = s4d_imag(n_sub).expand(n_states, n_sub)
+        super().__init__(h_in, h_out, DiagonalModes(imag, dt), torch.randn(n_states, n_sub) / math.sqrt(n_sub), plan)
+
+    def counts(self) -> Counts:
+        h, j, n, m = self.h_in, self.h_out, self.n_states, self.n_sub
+        return Counts(h * n + 3 * n * m + j * n, 2 * h * n + 9 * n * m + 2 * j * n)  # Table 3: bottleneck
+
+
+SSM_KINDS: dict[str, type[SSMLayer]] = {
+    "depthwise": DepthwiseSSM,
+    "pointwise": PointwiseBottleneckSSM,
+    "bottleneck": BottleneckSSM,
+    "full": FullSSM,
+}
+
+
+def make_ssm(kind: str, h_in: int, h_out: int, n_states: int, n_sub: int = 4, **kwargs) -> SSMLayer:
+    """Build an SSM block by name: ``depthwise``, ``pointwise`` (S5), ``bottleneck`` or ``full``."""
+    if kind not in SSM_KINDS:
+        raise ValueError(f"unknown SSM kind {kind!r}; choose one of {sorted(SSM_KINDS)}")
+    if kind == "bottleneck":
+        return BottleneckSSM(h_in, h_out, n_states, n_sub, **kwargs)
+    return SSM_KINDS[kind](h_in, h_out, n_states, **kwargs)

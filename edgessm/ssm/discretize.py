@@ -1,0 +1,94 @@
+"""Diagonal SSM modes: parameterisation, initialisation and discretisation.
+
+One convention for every Centaurus block (paper Sec. 3, eq. 2-3 and 7-8):
+
+* continuous eigenvalues  ``A = -exp(a_log) + i * a_im``  so ``Re(A) < 0`` always;
+* a learnable step ``Δ = exp(dt_log)`` per state (the axis the paper's App. E names);
+* transition (ZOH, eq. 2):  ``Ā = exp(Δ A)``;
+* input matrix ``B̄ = Δ B`` kept real, as in the paper's Listing 1 (``B_discrete = delta * B``),
+  so that eq. 8 holds with real projections and the counts of Table 3 apply;
+* recurrence with post-update readout (eq. 8):  ``x[t] = Ā x[t-1] + B̄ u[t]``,  ``y[t] = C E Re(x[t])``;
+  the matching convolution kernel is ``k[l] = C E Re(Ā^l) B̄`` for ``l >= 0``.
+
+Powers of ``Ā`` are evaluated in real arithmetic, ``Ā^l = exp(l Δ Re A) (cos(l Δ Im A) + i sin(l Δ Im A))``,
+with the phase reduced modulo 2π in float64 so long kernels stay accurate in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+# Re(A) never gets closer to 0 than this: |Ā| < 1 strictly, the state stays bounded.
+MIN_DECAY = 1e-4
+
+
+def dt_grid(n: int, dt_min: float = 1e-3, dt_max: float = 1e-1) -> Tensor:
+    """``n`` step sizes spaced geometrically in ``[dt_min, dt_max]`` (paper App. E).
+
+    A single step takes the geometric middle of the range rather than its lower end.
+    """
+    if n == 1:
+        return torch.tensor([math.sqrt(dt_min * dt_max)], dtype=torch.float64)
+    return torch.logspace(math.log10(dt_min), math.log10(dt_max), n, dtype=torch.float64)
+
+
+def s4d_imag(n: int) -> Tensor:
+    """S4D-Lin imaginary parts ``π n`` for ``n = 0..n-1`` (the real part is -1/2)."""
+    return math.pi * torch.arange(n, dtype=torch.float64)
+
+
+class DiagonalModes(nn.Module):
+    """A tensor of complex continuous-time eigenvalues with their learnable steps Δ.
+
+    Args:
+        imag: initial ``Im(A)``, shape ``S`` (the mode shape of the block).
+        dt: initial Δ, any shape that broadcasts to ``S`` (one Δ per state, per the block).
+        real: initial ``-Re(A)`` (default 1/2, S4D-Lin).
+
+    The parameters carry ``_optim = {"weight_decay": 0.0}`` so trainers can give them their own group.
+    """
+
+    def __init__(self, imag: Tensor, dt: Tensor, real: float = 0.5) -> None:
+        super().__init__()
+        imag = imag.to(torch.float32)
+        self.a_log = nn.Parameter(torch.full_like(imag, math.log(real)))
+        self.a_im = nn.Parameter(imag.clone())
+        self.dt_log = nn.Parameter(torch.log(dt).to(torch.float32))
+        for p in (self.a_log, self.a_im, self.dt_log):
+            p._optim = {"weight_decay": 0.0}  # type: ignore[attr-defined]
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.a_im.shape
+
+    def delta(self) -> Tensor:
+        """Δ broadcast to the mode shape ``S``."""
+        return torch.exp(self.dt_log).expand(self.shape)
+
+    def dtA(self) -> tuple[Tensor, Tensor]:
+        """``Δ A`` as ``(real, imag)``, each of shape ``S``; ``Ā = exp(Δ A)`` (eq. 2)."""
+        dt = self.delta()
+        a_re = -(torch.exp(self.a_log) + MIN_DECAY)
+        return dt * a_re, dt * self.a_im
+
+
+def phase(wi: Tensor, t: Tensor) -> Tensor:
+    """``t * wi`` reduced to ``[-π, π)``, computed in float64; shape ``(*wi.shape, len(t))``."""
+    ang = wi.to(torch.float64).unsqueeze(-1) * t.to(torch.float64)
+    return torch.remainder(ang + math.pi, 2 * math.pi) - math.pi
+
+
+def powers(wr: Tensor, wi: Tensor, t: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+    """``Ā^t`` for ``Ā = exp(wr + i wi)`` at integer times ``t`` as ``(real, imag)``.
+
+    Shapes: ``wr, wi`` are ``S``; ``t`` is ``(T,)``; results are ``(*S, T)`` in ``dtype``
+    (default: the dtype of ``wr``). The magnitude is evaluated in ``wr``'s precision and the
+    phase in float64.
+    """
+    dtype = dtype or wr.dtype
+    mag = torch.exp(wr.unsqueeze(-1) * t.to(wr.dtype))
+    ang = phase(wi, t)
+    return (mag * torch.cos(ang).to(mag.dtype)).to(dtype), (mag * torch.sin(ang).to(mag.dtype)).to(dtype)

@@ -1,0 +1,168 @@
+"""Causal FFT convolution and the contraction planner for bottleneck SSM blocks.
+
+For the bottleneck einsum (paper eq. 6/7, frequency index f)
+
+    ŷ_bjf = û_bif · B̄_ni · k̂_nf · C_jn
+
+Lemma 1 leaves two feasible contraction orders (paper Sec. 4.3, Fig. 2, App. B):
+
+* ``natural``  - project the input, convolve each state with its kernel, project the output:
+  cost ≈ B N F (H + H');
+* ``full``     - build the full kernel ``k_jif = C_jn k_nf B̄_ni`` first, then one full convolution:
+  cost ≈ H H' F (B + N).
+
+``natural`` wins iff ``1/B + 1/N > 1/H + 1/H'``. Each order then has a refinement deciding on
+which side of the FFT the projections happen (Listing 1): the natural order projects in time when
+``N <= H`` (fewer signals to transform), otherwise in frequency; the full order builds the kernel
+in time when ``H H' <= N`` (fewer kernels to transform), otherwise in frequency.
+:func:`plan_bottleneck` encodes the rule and :func:`bottleneck_flops` is the explicit FLOP model
+that lets tests and benchmarks check the choice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+Order = Literal["natural", "full"]
+Side = Literal["time", "freq"]
+
+
+def fft_size(n: int) -> int:
+    """Smallest ``m >= n`` of the form ``2^a 3^b 5^c`` (fast for every FFT backend)."""
+    best = 1 << max(0, (n - 1).bit_length())
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            m = p35
+            while m < n:
+                m *= 2
+            best = min(best, m)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def _rfft(x: Tensor, n: int) -> Tensor:
+    return torch.fft.rfft(x.float() if x.dtype in (torch.float16, torch.bfloat16) else x, n=n)
+
+
+def _irfft(x: Tensor, n: int, length: int) -> Tensor:
+    return torch.fft.irfft(x, n=n)[..., :length]
+
+
+def causal_conv(u: Tensor, k: Tensor, mode: Literal["depthwise", "full"] = "depthwise") -> Tensor:
+    """Causal linear convolution ``y[t] = Σ_{s<=t} k[t-s] u[s]`` via zero-padded FFTs.
+
+    Args:
+        u: ``(B, H, L)`` input.
+        k: ``(H, Lk)`` for ``depthwise`` or ``(H', H, Lk)`` for ``full`` (every input/output pair).
+
+    Returns:
+        ``(B, H, L)`` or ``(B, H', L)``: the first ``L`` samples of the linear convolution.
+    """
+    length = u.shape[-1]
+    n = fft_size(length + k.shape[-1] - 1)
+    uf = _rfft(u, n)
+    kf = _rfft(k, n)
+    if mode == "depthwise":
+        yf = uf * kf
+    elif mode == "full":
+        yf = torch.einsum("bif,jif->bjf", uf, kf)
+    else:
+        raise ValueError(f"unknown convolution mode {mode!r}; use 'depthwise' or 'full'")
+    return _irfft(yf, n, length)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A contraction order for the bottleneck einsum and the side of the FFT for its projections."""
+
+    order: Order
+    side: Side
+
+    @property
+    def name(self) -> str:
+        return f"{self.order}-{self.side}"
+
+
+PLANS = (Plan("natural", "time"), Plan("natural", "freq"), Plan("full", "time"), Plan("full", "freq"))
+
+
+def plan_bottleneck(batch: int, h_in: int, h_out: int, n: int) -> Plan:
+    """The paper's rule (App. B, Listing 1) for ``ŷ = û B̄ k̂ C`` with ``n`` kernels."""
+    if 1 / batch + 1 / n > 1 / h_in + 1 / h_out:
+        return Plan("natural", "time" if n <= h_in else "freq")
+    return Plan("full", "time" if h_in * h_out <= n else "freq")
+
+
+def _fft_flops(n_fft: int) -> float:
+    # one real FFT of size n: about 2.5 n log2 n real FLOPs
+    return 2.5 * n_fft * math.log2(max(2, n_fft))
+
+
+def bottleneck_flops(
+    plan: Plan, batch: int, h_in: int, h_out: int, n: int, length: int, include_fft: bool = True
+) -> float:
+    """Forward FLOPs of ``y = C (k * (B̄ u))`` along ``plan``, kernel ``k (n, length)`` given.
+
+    Conventions: a real multiply-add is 2 FLOPs, a real-by-complex multiply-add 4, a complex
+    multiply-add 8, a complex product 6; real FFT/iFFT of size ``m`` costs 2.5 m log2 m
+    (``include_fft=False`` counts the contractions only, the paper's App. B model).
+    The backward pass costs about twice the forward for every order (paper, footnote 10).
+    """
+    m = fft_size(2 * length - 1)
+    f = m // 2 + 1
+    fft = _fft_flops(m) if include_fft else 0.0
+    b, h, j, L = batch, h_in, h_out, length
+    if plan == Plan("natural", "time"):
+        return 2 * b * n * h * L + fft * (b * n + n) + 6 * b * n * f + fft * b * n + 2 * b * j * n * L
+    if plan == Plan("natural", "freq"):
+        return fft * (b * h + n) + 4 * b * n * h * f + 6 * b * n * f + 4 * b * j * n * f + fft * b * j
+    if plan == Plan("full", "time"):
+        return 2 * j * h * n * L + fft * (j * h + b * h) + 8 * b * j * h * f + fft * b * j
+    if plan == Plan("full", "freq"):
+        return fft * (n + b * h) + 4 * j * h * n * f + 8 * b * j * h * f + fft * b * j
+    raise ValueError(f"unknown plan {plan}")
+
+
+def cheapest_plan(batch: int, h_in: int, h_out: int, n: int, length: int) -> Plan:
+    """The plan with the fewest FLOPs under :func:`bottleneck_flops`."""
+    return min(PLANS, key=lambda p: bottleneck_flops(p, batch, h_in, h_out, n, length))
+
+
+def bottleneck_conv(u: Tensor, k: Tensor, b_bar: Tensor, c: Tensor, plan: Plan) -> Tensor:
+    """``y_bjt = C_jn (k_n * (B̄_ni u_bi))_t`` evaluated along ``plan``.
+
+    Args:
+        u: ``(B, H, L)`` input.
+        k: ``(N, L)`` per-state kernels (sub-states already contracted away).
+        b_bar: ``(N, H)`` discrete input matrix.
+        c: ``(H', N)`` output matrix.
+        plan: contraction order and FFT side, see :func:`plan_bottleneck`.
+
+    Returns:
+        ``(B, H', L)``.
+    """
+    length = u.shape[-1]
+    n_fft = fft_size(length + k.shape[-1] - 1)
+    if plan.order == "natural" and plan.side == "time":
+        x = torch.einsum("bit,ni->bnt", u, b_bar)
+        x = _irfft(_rfft(x, n_fft) * _rfft(k, n_fft), n_fft, length)
+        return torch.einsum("bnt,jn->bjt", x, c)
+    if plan.order == "natural":
+        uf = _rfft(u, n_fft)
+        xf = torch.einsum("bif,ni->bnf", uf, b_bar.to(uf.dtype)) * _rfft(k, n_fft)
+        return _irfft(torch.einsum("bnf,jn->bjf", xf, c.to(xf.dtype)), n_fft, length)
+    if plan.side == "time":
+        k_full = torch.einsum("jn,ni,nt->jit", c, b_bar, k)
+        return causal_conv(u, k_full, "full")
+    kf = _rfft(k, n_fft)
+    kf_full = torch.einsum("jn,ni,nf->jif", c.to(kf.dtype), b_bar.to(kf.dtype), kf)
+    yf = torch.einsum("bif,jif->bjf", _rfft(u, n_fft), kf_full)
+    return _irfft(yf, n_fft, length)

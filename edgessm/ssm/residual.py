@@ -1,0 +1,104 @@
+"""The Centaurus residual block (paper Fig. 5, App. E):
+
+    x -> [causal depthwise Conv1d] -> SSM -> LayerNorm -> [Dropout1d] -> (+ skip) -> SiLU
+
+The skip is the identity, or a pointwise projection when the channel count changes; the first
+block of a network may have no skip. LayerNorm normalises over channels at each time step, so the
+whole block is causal and streams exactly.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .blocks import SSMLayer, make_ssm
+from .resample import CausalDepthwiseConv
+from .stream import Counts, State, Streamable
+
+
+class ChannelNorm(nn.Module):
+    """LayerNorm over the channel axis of ``(B, C, T)``; identity for a single channel."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(channels) if channels > 1 else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x if self.norm is None else self.norm(x.transpose(1, 2)).transpose(1, 2)
+
+
+class CentaurusBlock(Streamable):
+    """One residual SSM block.
+
+    Args:
+        kind: SSM block kind (``depthwise``, ``pointwise``, ``bottleneck``, ``full``).
+        h_in, h_out: channels in and out.
+        n_states: states N (per channel for depthwise/full, state blocks for bottlenecks).
+        n_sub: sub-states M of the bottleneck block.
+        skip: ``True`` adds the identity (or a pointwise projection if channels change).
+        pre_conv: kernel size of the causal depthwise Conv1d before the SSM (0: none).
+        dropout: Dropout1d probability (applied only with more than 4 channels, as in the paper).
+        activation: apply the final SiLU.
+        **ssm_kwargs: passed to the SSM block (``dt_min``, ``dt_max``, ``plan``, ...).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        h_in: int,
+        h_out: int,
+        n_states: int,
+        n_sub: int = 4,
+        *,
+        skip: bool = True,
+        pre_conv: int = 0,
+        dropout: float = 0.0,
+        activation: bool = True,
+        **ssm_kwargs,
+    ) -> None:
+        super().__init__()
+        self.h_in, self.h_out = h_in, h_out
+        self.pre = CausalDepthwiseConv(h_in, pre_conv) if pre_conv else None
+        self.ssm: SSMLayer = make_ssm(kind, h_in, h_out, n_states, n_sub, **ssm_kwargs)
+        self.norm = ChannelNorm(h_out)
+        self.drop = nn.Dropout1d(dropout) if dropout > 0 and h_out > 4 else nn.Identity()
+        self.skip = skip
+        self.proj = nn.Conv1d(h_in, h_out, 1, bias=False) if skip and h_in != h_out else None
+        self.activation = activation
+
+    def _finish(self, x: Tensor, h: Tensor) -> Tensor:
+        h = self.drop(self.norm(h))
+        if self.skip:
+            h = h + (x if self.proj is None else self.proj(x))
+        return F.silu(h) if self.activation else h
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(B, H, L) -> (B, H', L)``."""
+        h = x if self.pre is None else self.pre(x)
+        return self._finish(x, self.ssm(h))
+
+    def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        pre = [] if self.pre is None else [(f"pre.{n}", s) for n, s in self.pre.state_shapes()]
+        return pre + [(f"ssm.{n}", s) for n, s in self.ssm.state_shapes()]
+
+    def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        n_pre = 0 if self.pre is None else len(self.pre.state_shapes())
+        h, pre_state = (x, []) if self.pre is None else self.pre.step(x, state[:n_pre])
+        h, ssm_state = self.ssm.step(h, state[n_pre:])
+        return self._finish(x, h), pre_state + ssm_state
+
+    def counts(self) -> Counts:
+        total = self.ssm.counts()
+        if self.pre is not None:
+            total = total + self.pre.counts()
+        if self.proj is not None:  # paper App. D: H H' parameters and 2 H H' FLOPs
+            total = total + Counts(self.h_in * self.h_out, 2.0 * self.h_in * self.h_out)
+        elif self.skip:
+            total = total + Counts(0, float(self.h_out))
+        return total
+
+
+def trainable_parameters(module: nn.Module) -> int:
+    """Number of trainable scalars (what the optimiser sees; Δ and norms included)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)

@@ -1,0 +1,173 @@
+"""Kernel generator, causal FFT convolution, and the contraction planner with its FLOP model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from edgessm.ssm import kernels
+from edgessm.ssm.fftconv import (
+    PLANS,
+    Plan,
+    bottleneck_conv,
+    bottleneck_flops,
+    causal_conv,
+    cheapest_plan,
+    fft_size,
+    plan_bottleneck,
+)
+from edgessm.ssm.kernels import modal_kernel, modal_kernel_reference
+
+
+def _modes(shape, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    wr = -torch.empty(shape, dtype=dtype).uniform_(1e-4, 0.05, generator=g)
+    wi = torch.empty(shape, dtype=dtype).uniform_(0, 2.0, generator=g)
+    c = torch.randn(shape, dtype=dtype, generator=g)
+    return wr, wi, c
+
+
+def test_fft_size_is_smallest_fast_length() -> None:
+    for n in [1, 2, 7, 97, 1000, 4095, 4097, 32001]:
+        m = fft_size(n)
+        assert m >= n
+        r = m
+        for p in (2, 3, 5):
+            while r % p == 0:
+                r //= p
+        assert r == 1
+        assert all(not _is_fast(k) for k in range(n, m))
+
+
+def _is_fast(k: int) -> bool:
+    for p in (2, 3, 5):
+        while k % p == 0:
+            k //= p
+    return k == 1
+
+
+def test_modal_kernel_matches_materialised_basis() -> None:
+    wr, wi, c = _modes((3, 5, 4))
+    assert torch.allclose(modal_kernel(wr, wi, c, 1000), modal_kernel_reference(wr, wi, c, 1000), atol=1e-12)
+
+
+def test_modal_kernel_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "_SLAB", 24)  # force many time blocks in forward and backward
+    wr, wi, c = (x.requires_grad_() for x in _modes((2, 3)))
+    assert torch.autograd.gradcheck(lambda a, b, d: modal_kernel(a, b, d, 40), (wr, wi, c))
+
+
+def test_modal_kernel_blocks_bound_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "_SLAB", 64)
+    wr, wi, c = _modes((4, 4))
+    assert kernels._block_len(16, 1000) == 4
+    assert torch.allclose(modal_kernel(wr, wi, c, 1000), modal_kernel_reference(wr, wi, c, 1000), atol=1e-12)
+
+
+def test_long_kernel_phase_is_accurate_in_float32() -> None:
+    # a slowly decaying fast oscillation: the phase l*wi reaches ~3e4 rad at l = 16000
+    wr = torch.tensor([[-1e-5]], dtype=torch.float64)
+    wi = torch.tensor([[2.0]], dtype=torch.float64)
+    c = torch.ones(1, 1, dtype=torch.float64)
+    exact = modal_kernel(wr, wi, c, 16000)
+    approx = modal_kernel(wr.float(), wi.float(), c.float(), 16000)
+    # float32 input rounding of wi itself is part of the model; compare against that rounded wi
+    exact32 = modal_kernel(wr.float().double(), wi.float().double(), c, 16000)
+    assert (approx.double() - exact32).abs().max() < 1e-5
+    assert exact.abs().max() <= 1.0 + 1e-12
+
+
+@pytest.mark.parametrize("mode", ["depthwise", "full"])
+def test_causal_conv_equals_direct_sum(mode: str) -> None:
+    torch.manual_seed(0)
+    u = torch.randn(2, 3, 100, dtype=torch.float64)
+    k = torch.randn(3, 100, dtype=torch.float64) if mode == "depthwise" else torch.randn(4, 3, 100, dtype=torch.float64)
+    y = causal_conv(u, k, mode)
+    ref = torch.zeros_like(y)
+    for t in range(100):
+        for s in range(t + 1):
+            if mode == "depthwise":
+                ref[..., t] += k[:, t - s] * u[..., s]
+            else:
+                ref[..., t] += torch.einsum("ji,bi->bj", k[..., t - s], u[..., s])
+    assert torch.allclose(y, ref, atol=1e-10)
+
+
+def test_causal_conv_rejects_unknown_mode() -> None:
+    with pytest.raises(ValueError, match="unknown convolution mode"):
+        causal_conv(torch.zeros(1, 1, 4), torch.zeros(1, 4), "grouped")  # type: ignore[arg-type]
+
+
+def test_bottleneck_plans_agree_with_each_other_and_a_time_domain_reference() -> None:
+    torch.manual_seed(1)
+    b, h, j, n, L = 2, 3, 5, 7, 64
+    u = torch.randn(b, h, L, dtype=torch.float64)
+    k = torch.randn(n, L, dtype=torch.float64)
+    bb = torch.randn(n, h, dtype=torch.float64)
+    c = torch.randn(j, n, dtype=torch.float64)
+    full = torch.einsum("jn,ni,nt->jit", c, bb, k)
+    ref = torch.nn.functional.conv1d(torch.nn.functional.pad(u, (L - 1, 0)), full.flip(-1))
+    for plan in PLANS:
+        assert torch.allclose(bottleneck_conv(u, k, bb, c, plan), ref, atol=1e-10), plan
+
+
+@pytest.mark.parametrize(
+    "batch,h_in,h_out,n,expected",
+    [
+        (256, 16, 32, 256, Plan("full", "freq")),  # paper App. C baseline: small H, large B and N
+        (64, 16, 32, 512, Plan("full", "time")),  # H H' = 512 <= N: build the full kernel in time
+        (4, 128, 128, 64, Plan("natural", "time")),  # wide channels, few states: project first
+        (2, 64, 64, 128, Plan("natural", "freq")),  # N > H: transform the input, project in frequency
+        (1, 1, 2, 4, Plan("full", "time")),
+    ],
+)
+def test_paper_rule(batch: int, h_in: int, h_out: int, n: int, expected: Plan) -> None:
+    plan = plan_bottleneck(batch, h_in, h_out, n)
+    assert plan == expected
+    natural = 1 / batch + 1 / n > 1 / h_in + 1 / h_out
+    assert (plan.order == "natural") == natural
+
+
+def test_flop_model_agrees_with_the_rule_when_the_gap_is_clear() -> None:
+    """Counting contractions only (the paper's App. B model, with real/complex constants), the FLOP
+    model prefers the order the rule picks whenever the two sides differ by 4x or more."""
+    checked = 0
+    for batch in (1, 4, 16, 64, 256):
+        for h in (1, 4, 16, 64, 256):
+            for j in (1, 4, 16, 64, 256):
+                for n in (4, 16, 64, 256, 1024):
+                    lhs, rhs = 1 / batch + 1 / n, 1 / h + 1 / j
+                    if max(lhs, rhs) < 4 * min(lhs, rhs):
+                        continue  # near the boundary FFT and complex-arithmetic constants decide
+                    rule = plan_bottleneck(batch, h, j, n).order
+                    best = {
+                        o: min(
+                            bottleneck_flops(p, batch, h, j, n, 2048, include_fft=False) for p in PLANS if p.order == o
+                        )
+                        for o in ("natural", "full")
+                    }
+                    assert min(best, key=best.get) == rule, (batch, h, j, n)
+                    checked += 1
+    assert checked > 200
+
+
+def test_fft_count_can_overturn_the_rule() -> None:
+    """With FFTs counted, few states and many outputs favour the natural order although the
+    contraction rule says 'full' (it transforms N signals instead of H'); ``plan='flops'`` sees it."""
+    batch, h, j, n = 16, 1, 64, 16
+    assert plan_bottleneck(batch, h, j, n).order == "full"
+    assert cheapest_plan(batch, h, j, n, 2048).order == "natural"
+
+
+def test_flop_model_leading_terms() -> None:
+    # natural order ≈ 2 B N L (H + H') in the projections; full ≈ 8 B H H' F in the full product
+    b, h, j, n, L = 64, 8, 16, 256, 4096
+    nat = bottleneck_flops(Plan("natural", "time"), b, h, j, n, L)
+    assert nat > 2 * b * n * L * (h + j)
+    full = bottleneck_flops(Plan("full", "freq"), b, h, j, n, L)
+    assert full > 8 * b * h * j * (fft_size(2 * L - 1) // 2)
+    assert full < nat
+    assert cheapest_plan(b, h, j, n, L).order == "full"
+    assert math.isfinite(nat) and math.isfinite(full)

@@ -1,0 +1,144 @@
+"""Parallel (FFT) vs stepwise (recurrent) equivalence of every SSM block kind."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_chunks, randomize, rel_err
+
+from edgessm.ssm import FullSSM, make_ssm, run_chunked
+from edgessm.ssm.fftconv import PLANS
+
+# (kind, h_in, h_out, n_states): channel counts in and out differ on purpose
+SHAPES = [
+    ("depthwise", 3, 5, 4),
+    ("pointwise", 4, 6, 12),
+    ("bottleneck", 5, 3, 8),
+    ("full", 2, 3, 4),
+]
+
+
+def _make(kind: str, h_in: int, h_out: int, n: int, seed: int = 0, **kw):
+    torch.manual_seed(seed)
+    return randomize(make_ssm(kind, h_in, h_out, n, **kw), seed)
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_random_chunks_equal_parallel(kind: str, h_in: int, h_out: int, n: int) -> None:
+    layer = _make(kind, h_in, h_out, n)
+    u = torch.randn(2, h_in, 4608)
+    with torch.no_grad():
+        y_par = layer(u)
+        y_step, state = run_chunked(layer, u, random_chunks(u.shape[-1], seed=1))
+    assert y_par.shape == (2, h_out, 4608)
+    assert rel_err(y_step, y_par) < 1e-4
+    assert all(torch.isfinite(s).all() for s in state)
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_impulse_response_matches_single_steps(kind: str, h_in: int, h_out: int, n: int) -> None:
+    layer = _make(kind, h_in, h_out, n).double()
+    length = 300
+    with torch.no_grad():
+        k = layer.impulse_response(length)  # (H', H, L)
+        for i in range(h_in):
+            u = torch.zeros(1, h_in, length, dtype=torch.float64)
+            u[0, i, 0] = 1.0
+            y, _ = run_chunked(layer, u, [1] * length)
+            assert rel_err(y[0], k[:, i]) < 1e-10
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_parallel_matches_time_domain_reference(kind: str, h_in: int, h_out: int, n: int) -> None:
+    layer = _make(kind, h_in, h_out, n).double()
+    u = torch.randn(2, h_in, 700, dtype=torch.float64)
+    with torch.no_grad():
+        k = layer.impulse_response(u.shape[-1])
+        # direct causal convolution y_j[t] = Σ_i Σ_s k_ji[s] u_i[t-s]
+        ref = torch.nn.functional.conv1d(torch.nn.functional.pad(u, (u.shape[-1] - 1, 0)), k.flip(-1))
+        assert rel_err(layer(u), ref) < 1e-10
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "bottleneck"])
+def test_every_contraction_plan_agrees(kind: str) -> None:
+    torch.manual_seed(3)
+    u = torch.randn(3, 4, 513, dtype=torch.float64)
+    outs, grads = [], []
+    for plan in PLANS:
+        layer = _make(kind, 4, 6, 8, seed=5, plan=plan).double()
+        y = layer(u)
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+        outs.append(y.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in layer.parameters()]))
+    for y, g in zip(outs[1:], grads[1:], strict=True):
+        assert rel_err(y, outs[0]) < 1e-10
+        assert rel_err(g, grads[0]) < 1e-8
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_float64_chunked_is_exact(kind: str, h_in: int, h_out: int, n: int) -> None:
+    layer = _make(kind, h_in, h_out, n, seed=7).double()
+    u = torch.randn(1, h_in, 2000, dtype=torch.float64)
+    with torch.no_grad():
+        y_step, _ = run_chunked(layer, u, random_chunks(2000, seed=9, high=300))
+        assert rel_err(y_step, layer(u)) < 1e-9
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_state_stays_finite_for_a_million_steps(kind: str, h_in: int, h_out: int, n: int) -> None:
+    layer = _make(kind, h_in, h_out, n, seed=11)
+    with torch.no_grad():
+        # the slowest modes: Δ at its minimum and the real part near its floor
+        layer.modes.dt_log.fill_(-7.0)
+        layer.modes.a_log.fill_(-6.0)
+    layer.max_step_chunk = 500
+    g = torch.Generator().manual_seed(0)
+    state = layer.init_state(1)
+    peak = 0.0
+    with torch.no_grad():
+        for _ in range(100):
+            y, state = layer.step(torch.randn(1, h_in, 10_000, generator=g), state)
+            peak = max(peak, float(y.abs().max()))
+    assert all(torch.isfinite(s).all() for s in state)
+    assert peak < 1e4
+
+
+def test_zero_length_chunk_is_a_no_op() -> None:
+    layer = _make("bottleneck", 2, 3, 4)
+    state = layer.init_state(1)
+    y, new = layer.step(torch.zeros(1, 2, 0), state)
+    assert y.shape == (1, 3, 0)
+    assert all(torch.equal(a, b) for a, b in zip(new, state, strict=True))
+
+
+def test_state_is_real_and_named() -> None:
+    layer = FullSSM(2, 3, 4)
+    shapes = layer.state_shapes()
+    assert [name for name, _ in shapes] == ["re", "im"]
+    assert all(s.dtype == torch.float32 for s in layer.init_state(2))
+    assert layer.init_state(2)[0].shape == (2, 3, 2, 4)
+
+
+def test_unknown_kind_and_plan_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="unknown SSM kind"):
+        make_ssm("lstm", 2, 2, 4)
+    layer = make_ssm("pointwise", 2, 2, 4, plan="sideways")
+    with pytest.raises(ValueError, match="unknown plan"):
+        layer(torch.zeros(1, 2, 8))
+
+
+def test_real_part_of_a_stays_negative() -> None:
+    layer = make_ssm("depthwise", 2, 2, 4)
+    with torch.no_grad():
+        layer.modes.a_log.fill_(-50.0)  # exp -> 0: the floor keeps Re(A) < 0
+    wr, _ = layer.modes.dtA()
+    assert (wr < 0).all()
+
+
+def test_gradients_reach_every_parameter() -> None:
+    for kind, h_in, h_out, n in SHAPES:
+        layer = _make(kind, h_in, h_out, n)
+        layer(torch.randn(2, h_in, 256)).square().mean().backward()
+        for name, p in layer.named_parameters():
+            assert p.grad is not None and torch.isfinite(p.grad).all(), (kind, name)
+            assert p.grad.abs().sum() > 0, (kind, name)
