@@ -1,0 +1,44 @@
+"""The ``edgessm`` command: one subcommand per user verb, thin wrappers over the library.
+
+Heavy imports (torch, onnxruntime) happen inside the subcommand that needs them, so
+``edgessm --help`` and the inference commands stay light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from edgessm import __version__
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from edgessm.bench import run
+
+    return run(args.name, args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from edgessm.bench import BENCHMARKS
+
+    ap = argparse.ArgumentParser(prog="edgessm", description="Streaming state-space models for speech on the edge.")
+    ap.add_argument("--version", action="version", version=f"edgessm {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    b = sub.add_parser("bench", help="run a benchmark (speed ratios measured in one run)", add_help=False)
+    b.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark to run")
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help after the name)")
+    b.set_defaults(func=_bench)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if not getattr(args, "func", None):
+        ap.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
