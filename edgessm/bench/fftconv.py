@@ -10,7 +10,7 @@ the same run and reported as ratios:
   convolutional view would do).
 
 The paper's baseline (batch 256, H 16, H' 32, N 256, M 16, L 2048 on an A100) is scaled down for a
-small CPU; each sweep varies one of batch, states and length around the base shape.
+small CPU (batch 32, L 512); each sweep varies one of batch, states and length around it.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ import torch
 from edgessm.ssm.blocks import BottleneckSSM
 from edgessm.ssm.fftconv import Plan, bottleneck_flops, plan_bottleneck
 
-BASE = {"batch": 16, "h_in": 16, "h_out": 32, "n": 128, "m": 16, "length": 1024}
+BASE = {"batch": 32, "h_in": 16, "h_out": 32, "n": 256, "m": 16, "length": 512}
 SWEEPS = {
-    "batch": [4, 8, 16, 32, 64],
+    "batch": [8, 16, 32, 64, 128],
     "states": [32, 64, 128, 256, 512],
-    "length": [256, 512, 1024, 2048, 4096],
+    "length": [128, 256, 512, 1024, 2048],
 }
-QUICK_SWEEPS = {"batch": [8, 32], "states": [64, 256], "length": [512, 2048]}
+QUICK_SWEEPS = {"batch": [16, 64], "states": [64, 256], "length": [256, 1024]}
 _SWEEP_KEY = {"batch": "batch", "states": "n", "length": "length"}
 NAIVE = Plan("natural", "time")
 

@@ -1,0 +1,22 @@
+"""The code in the README runs as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_python_blocks_run() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks, "the README should show the library in use"
+    for code in blocks:
+        exec(compile(code, "README.md", "exec"), {})
+
+
+def test_cli_help_and_bench_listing(capsys) -> None:
+    from edgessm.cli import main
+
+    assert main([]) == 2
+    assert "bench" in capsys.readouterr().out
