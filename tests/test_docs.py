@@ -20,3 +20,11 @@ def test_cli_help_and_bench_listing(capsys) -> None:
 
     assert main([]) == 2
     assert "bench" in capsys.readouterr().out
+
+
+def test_cli_import_does_not_load_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, edgessm.cli; edgessm.cli.build_parser(); assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -16,4 +16,12 @@ def run(name: str, argv: list[str]) -> int:
     """Run benchmark ``name`` with its own command-line arguments."""
     if name not in BENCHMARKS:
         raise SystemExit(f"unknown benchmark {name!r}; available: {', '.join(BENCHMARKS)}")
-    return importlib.import_module(BENCHMARKS[name]).main(argv)
+    try:
+        module = importlib.import_module(BENCHMARKS[name])
+    except ModuleNotFoundError as e:
+        if e.name == "torch":
+            raise SystemExit(
+                f"the {name} benchmark needs PyTorch: install the training extra (pip install 'edgessm[train]')"
+            ) from e
+        raise
+    return module.main(argv)
