@@ -14,6 +14,9 @@ VENV ?= $(HOME)/.cache/edgessm/venv-$(KEY)
 # Debian packages: PortAudio for the microphone path (sounddevice), libsndfile for soundfile.
 SYSTEM_PACKAGES := libportaudio2 libsndfile1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# pip warns once per unreachable optional index a machine may configure; keep the log readable
+QUIET_PIP := sed -u '/^WARNING: Location .* is ignored/d'
+
 
 .PHONY: setup system venv test lint bench clean-venv
 
@@ -35,8 +38,8 @@ $(VENV)/.complete:
 	@echo "building virtualenv $(VENV) (first run only: torch is a large download)"
 	rm -rf "$(VENV).tmp"
 	$(PYTHON) -m venv "$(VENV).tmp"
-	"$(VENV).tmp/bin/python" -m pip install --quiet --upgrade "pip>=23" "setuptools>=77" wheel
-	"$(VENV).tmp/bin/python" -m pip install --quiet -c constraints.txt ".[dev]"
+	"$(VENV).tmp/bin/python" -m pip install --quiet --upgrade "pip>=23" "setuptools>=77" wheel 2>&1 | $(QUIET_PIP)
+	"$(VENV).tmp/bin/python" -m pip install --quiet -c constraints.txt ".[dev]" 2>&1 | $(QUIET_PIP)
 	"$(VENV).tmp/bin/python" -m pip uninstall --quiet -y edgessm
 	rm -rf "$(VENV)" && mv "$(VENV).tmp" "$(VENV)"
 	touch "$@"
