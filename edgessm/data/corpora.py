@@ -1,0 +1,255 @@
+"""Corpus loaders: folders users already have on disk, and the real recordings shipped beside the
+project in ``shared/data``. Nothing is downloaded; every loader returns a list of :class:`Clip`.
+
+Loaders check the layout and fail with a message that says what was expected.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from .labels import DIGITS, UNKNOWN, map_word
+from .manifest import Clip
+
+AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus")
+
+
+class CorpusError(ValueError):
+    """A corpus folder that is missing or not laid out as expected."""
+
+
+def _require_dir(path: str | os.PathLike, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise CorpusError(f"{what}: folder {p} does not exist")
+    return p
+
+
+def audio_files(root: str | os.PathLike) -> list[Path]:
+    """All audio files under ``root`` (recursively), sorted."""
+    root = _require_dir(root, "audio folder")
+    return sorted(p for p in root.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS and p.is_file())
+
+
+def shared_data_dir(required: bool = True) -> Path | None:
+    """The project's real-recordings folder: ``$EDGESSM_SHARED_DATA``, else ``../shared/data`` beside the repo."""
+    env = os.environ.get("EDGESSM_SHARED_DATA")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "data")
+    for c in candidates:
+        if c.is_dir():
+            return c
+    if required:
+        raise CorpusError(
+            "the shared data folder was not found: set EDGESSM_SHARED_DATA to the folder that holds "
+            "speech_commands_train_subset/, fsdd/, ... (looked in: " + ", ".join(map(str, candidates)) + ")"
+        )
+    return None
+
+
+# --- Google Speech Commands v2 (the user's full copy) ------------------------------------------
+
+
+def _sc_split_by_hash(name: str, validation_pct: float = 10.0, testing_pct: float = 10.0) -> str:
+    """The dataset's own fallback assignment: a stable hash of the speaker part of the file name."""
+    base = re.sub(r"_nohash_.*$", "", name)
+    max_per_class = 2**27 - 1
+    h = int(hashlib.sha1(base.encode()).hexdigest(), 16)
+    pct = (h % (max_per_class + 1)) * (100.0 / max_per_class)
+    if pct < validation_pct:
+        return "validation"
+    if pct < validation_pct + testing_pct:
+        return "test"
+    return "train"
+
+
+def speech_commands(root: str | os.PathLike, task: str = "sc35") -> list[Clip]:
+    """Google Speech Commands v2 folder: ``root/<word>/<speaker>_nohash_<n>.wav``.
+
+    Splits come from the dataset's ``validation_list.txt`` and ``testing_list.txt``; without them
+    the dataset's documented speaker-hash rule is used. Words outside ``task`` are dropped, except
+    that ``sc12`` maps the other keywords to ``_unknown_``. ``_background_noise_`` is not a class
+    (see :func:`speech_commands_noise`); ``_silence_`` examples are cut from it by the datasets.
+    """
+    root = _require_dir(root, "Speech Commands")
+    words = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_"))
+    if not words:
+        raise CorpusError(f"Speech Commands: {root} has no word folders (expected e.g. {root}/yes/*.wav)")
+    lists = {}
+    for split, fname in (("validation", "validation_list.txt"), ("test", "testing_list.txt")):
+        f = root / fname
+        if f.is_file():
+            lists.update({line.strip(): split for line in f.read_text().splitlines() if line.strip()})
+    clips = []
+    for word in words:
+        label = map_word(word, task)
+        if label is None:
+            continue
+        for p in sorted((root / word).glob("*.wav")):
+            rel = f"{word}/{p.name}"
+            split = lists.get(rel) or ("train" if lists else _sc_split_by_hash(p.name))
+            speaker = p.name.split("_nohash_")[0]
+            clips.append(Clip(str(p), speaker=speaker, label=label, text=word, split=split, source="speech_commands"))
+    if not clips:
+        raise CorpusError(f"Speech Commands: no .wav clips of task {task!r} found under {root}")
+    return clips
+
+
+def speech_commands_noise(root: str | os.PathLike) -> list[Path]:
+    """The ``_background_noise_`` recordings of a Speech Commands folder."""
+    return audio_files(_require_dir(Path(root) / "_background_noise_", "Speech Commands background noise"))
+
+
+# --- LibriSpeech-style transcribed folders ------------------------------------------------------
+
+
+def librispeech(root: str | os.PathLike) -> list[Clip]:
+    """LibriSpeech layout: ``<speaker>/<chapter>/<speaker>-<chapter>.trans.txt`` with lines
+    ``<utterance-id> TRANSCRIPT`` next to ``<utterance-id>.flac`` (or .wav)."""
+    root = _require_dir(root, "LibriSpeech-style corpus")
+    trans = sorted(root.rglob("*.trans.txt"))
+    if not trans:
+        raise CorpusError(f"LibriSpeech-style corpus: no *.trans.txt transcript files under {root}")
+    clips = []
+    for t in trans:
+        for line in t.read_text().splitlines():
+            if not line.strip():
+                continue
+            uid, _, text = line.strip().partition(" ")
+            audio = next(
+                (t.parent / f"{uid}{ext}" for ext in (".flac", ".wav") if (t.parent / f"{uid}{ext}").is_file()), None
+            )
+            if audio is None:
+                raise CorpusError(f"{t}: utterance {uid} has no {uid}.flac or {uid}.wav beside it")
+            clips.append(Clip(str(audio), speaker=uid.split("-")[0], text=normalize_text(text), source="librispeech"))
+    return clips
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case words of letters and apostrophes, single-spaced (the CTC label alphabet)."""
+    text = text.lower().replace("’", "'")
+    text = re.sub(r"[^a-z' ]+", " ", text)
+    return " ".join(w.strip("'") for w in text.split() if w.strip("'"))
+
+
+# --- clean + noise folders for denoising --------------------------------------------------------
+
+
+def clean_noise_folders(clean: str | os.PathLike, noise: str | os.PathLike) -> tuple[list[Clip], list[Clip]]:
+    """Any two folder trees of audio (DNS / VCTK style): clean speech and noise recordings."""
+    clean_files = audio_files(clean)
+    noise_files = audio_files(noise)
+    if not clean_files:
+        raise CorpusError(f"clean speech folder {clean} holds no audio files ({', '.join(AUDIO_EXTENSIONS)})")
+    if not noise_files:
+        raise CorpusError(f"noise folder {noise} holds no audio files ({', '.join(AUDIO_EXTENSIONS)})")
+    speaker = lambda p: p.parent.name  # noqa: E731 - VCTK/DNS keep one folder per speaker
+    return (
+        [Clip(str(p), speaker=speaker(p), source="clean") for p in clean_files],
+        [Clip(str(p), source="noise") for p in noise_files],
+    )
+
+
+# --- the real recordings in shared/data ---------------------------------------------------------
+
+
+def _rows(manifest: Path) -> list[dict[str, str]]:
+    if not manifest.is_file():
+        raise CorpusError(f"{manifest} not found: the shared data folder is incomplete")
+    with open(manifest, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def shared_sc_train(shared: Path | None = None) -> list[Clip]:
+    """7,167 real Speech Commands training clips of 8 command words (1,583 speakers)."""
+    d = (shared or shared_data_dir()) / "speech_commands_train_subset"
+    return [
+        Clip(str(d / r["path"]), speaker=r["speaker"], label=r["word"], text=r["word"], source="sc_train_subset")
+        for r in _rows(d / "manifest.csv")
+    ]
+
+
+def shared_sc_test(shared: Path | None = None) -> list[Clip]:
+    """The Speech Commands v0.02 test clips of 118 speakers: EVALUATION ONLY, never for training.
+
+    ``label`` is the 12-class label, ``text`` the spoken word (or ``_silence_``).
+    """
+    d = (shared or shared_data_dir()) / "speech_commands_test_v0.02"
+    return [
+        Clip(str(d / r["path"]), speaker=r["speaker"], label=r["label"], text=r["word"], split="test",
+             source="sc_test")
+        for r in _rows(d / "manifest.csv")
+    ]  # fmt: skip
+
+
+def shared_fsdd(shared: Path | None = None) -> list[Clip]:
+    """Free Spoken Digit Dataset: 3,000 real digit recordings (8 kHz, 6 speakers); label = the digit word."""
+    d = (shared or shared_data_dir()) / "fsdd"
+    return [
+        Clip(str(d / r["path"]), speaker=r["speaker"], label=DIGITS[int(r["label"])], text=DIGITS[int(r["label"])],
+             split=r["split"], source="fsdd")
+        for r in _rows(d / "manifest.csv")
+    ]  # fmt: skip
+
+
+def shared_sc_digits(shared: Path | None = None) -> list[Clip]:
+    """30 Speech Commands digit clips outside the test set."""
+    d = (shared or shared_data_dir()) / "speech_commands_digit_samples"
+    return [
+        Clip(str(d / r["path"]), speaker=r["speaker"], label=r["word"], text=r["word"], source="sc_digits")
+        for r in _rows(d / "manifest.csv")
+    ]
+
+
+def shared_negative_phrases(shared: Path | None = None) -> list[Clip]:
+    """240 crowd-sourced wake phrases that are not keywords (label ``_unknown_``)."""
+    d = (shared or shared_data_dir()) / "picovoice_wake_word_phrases"
+    return [
+        Clip(str(d / r["path"]), speaker=f"pv_{r['phrase']}_{i}", label=UNKNOWN, text=r["phrase"].replace("_", " "),
+             source="picovoice")
+        for i, r in enumerate(_rows(d / "manifest.csv"))
+    ]  # fmt: skip
+
+
+def shared_read_speech(shared: Path | None = None) -> list[Clip]:
+    """0.78 h of real read sentences with transcripts (257 speakers)."""
+    d = (shared or shared_data_dir()) / "real_read_speech"
+    return [
+        Clip(str(d / r["path"]), speaker=r["speaker"], text=normalize_text(r["transcript"]), source="real_read_speech")
+        for r in _rows(d / "manifest.csv")
+    ]
+
+
+def shared_noises(shared: Path | None = None) -> list[Path]:
+    """The Speech Commands background-noise recordings (4 real, 2 synthetic)."""
+    return audio_files((shared or shared_data_dir()) / "speech_commands_background_noise")
+
+
+def shared_rirs(shared: Path | None = None) -> list[Path]:
+    """Three measured room impulse responses."""
+    return audio_files((shared or shared_data_dir()) / "rirs_real")
+
+
+__all__ = [
+    "AUDIO_EXTENSIONS",
+    "CorpusError",
+    "audio_files",
+    "clean_noise_folders",
+    "librispeech",
+    "normalize_text",
+    "shared_data_dir",
+    "shared_fsdd",
+    "shared_negative_phrases",
+    "shared_noises",
+    "shared_read_speech",
+    "shared_rirs",
+    "shared_sc_digits",
+    "shared_sc_test",
+    "shared_sc_train",
+    "speech_commands",
+    "speech_commands_noise",
+]

@@ -1,0 +1,58 @@
+"""Streaming CTC recognizer: a fully state-space Centaurus encoder (paper Sec. 5.3, Table 7).
+
+Residual SSM blocks with average pooling down to 20 ms frames (total stride 320 at 16 kHz),
+then a per-frame linear layer to the CTC vocabulary (blank first). No attention, no LSTM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import Tensor, nn
+
+from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
+
+
+@dataclass
+class CtcRecognizerConfig:
+    vocab_size: int = 29  # blank + space + apostrophe + a..z
+    channels: list[int] = field(default_factory=lambda: [8, 16, 64, 96, 128, 128])
+    states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 128])
+    kinds: list[str] = field(
+        default_factory=lambda: ["full", "full", "bottleneck", "bottleneck", "pointwise", "pointwise"]
+    )
+    pools: list[int] = field(default_factory=lambda: [4, 4, 4, 5, 1, 1])
+    n_sub: int = 4
+    dropout: float = 0.0
+    pre_conv: int = 0
+
+
+class CtcRecognizer(nn.Module):
+    """``(B, 1, T) -> (B, vocab, T // stride)`` CTC logits."""
+
+    def __init__(self, cfg: CtcRecognizerConfig) -> None:
+        super().__init__()
+        n = len(cfg.channels)
+        if not (len(cfg.states) == len(cfg.kinds) == len(cfg.pools) == n):
+            raise ValueError("channels, states, kinds and pools must have one entry per block")
+        self.cfg = cfg
+        layers = []
+        c_in = 1
+        for i in range(n):
+            layers.append(
+                CentaurusBlock(cfg.kinds[i], c_in, cfg.channels[i], cfg.states[i], cfg.n_sub, skip=i > 0,
+                               dropout=cfg.dropout, pre_conv=cfg.pre_conv if c_in > 1 else 0)
+            )  # fmt: skip
+            if cfg.pools[i] > 1:
+                layers.append(AvgPool(cfg.pools[i]))
+            c_in = cfg.channels[i]
+        self.encoder = StreamSequential(*layers)
+        self.classifier = nn.Conv1d(c_in, cfg.vocab_size, 1)
+
+    @property
+    def stride(self) -> int:
+        return self.encoder.chunk_multiple
+
+    def forward(self, x: Tensor) -> Tensor:
+        t = x.shape[-1] - x.shape[-1] % self.stride
+        return self.classifier(self.encoder(x[..., :t]))

@@ -1,0 +1,83 @@
+"""Centaurus keyword spotter on raw 16 kHz waveforms (paper Sec. 5.1, App. E.1, Table 4).
+
+Six residual SSM blocks (full x2, bottleneck x2, pointwise x2 in the hybrid) each followed by
+average pooling (4, 4, 2, 2, 2, 2), then a head on the backbone features. The head averages the
+features over a causal window of ``window`` frames and applies a 2-layer MLP; clip training uses
+the window's output at the last frame, so a window as long as the clip is the paper's global
+average pooling, and the streaming model evaluates exactly the same function at every frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
+
+
+@dataclass
+class KeywordSpotterConfig:
+    num_classes: int = 35
+    channels: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128])
+    states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 256])
+    kinds: list[str] = field(
+        default_factory=lambda: ["full", "full", "bottleneck", "bottleneck", "pointwise", "pointwise"]
+    )
+    pools: list[int] = field(default_factory=lambda: [4, 4, 2, 2, 2, 2])
+    n_sub: int = 4
+    dropout: float = 0.1
+    pre_conv: int = 0
+    window: int = 0  # head window in frames; 0: the whole input (global average pooling)
+
+
+class KeywordSpotter(nn.Module):
+    """``(B, 1, T) -> (B, num_classes)`` logits; ``frames(x)`` gives the backbone ``(B, C, T/stride)``."""
+
+    def __init__(self, cfg: KeywordSpotterConfig) -> None:
+        super().__init__()
+        n = len(cfg.channels)
+        if not (len(cfg.states) == len(cfg.kinds) == len(cfg.pools) == n):
+            raise ValueError("channels, states, kinds and pools must have one entry per block")
+        self.cfg = cfg
+        layers = []
+        c_in = 1
+        for i in range(n):
+            layers.append(
+                CentaurusBlock(cfg.kinds[i], c_in, cfg.channels[i], cfg.states[i], cfg.n_sub, skip=i > 0,
+                               dropout=cfg.dropout, pre_conv=cfg.pre_conv if c_in > 1 else 0)
+            )  # fmt: skip
+            layers.append(AvgPool(cfg.pools[i]))
+            c_in = cfg.channels[i]
+        self.backbone = StreamSequential(*layers)
+        c = cfg.channels[-1]
+        self.head = nn.Sequential(nn.Linear(c, c), nn.SiLU(), nn.Linear(c, cfg.num_classes))
+
+    @property
+    def stride(self) -> int:
+        return self.backbone.chunk_multiple
+
+    def frames(self, x: Tensor) -> Tensor:
+        """Backbone features ``(B, C, T // stride)``; ``x`` is cropped to a multiple of the stride."""
+        t = x.shape[-1] - x.shape[-1] % self.stride
+        return self.backbone(x[..., :t])
+
+    def pooled(self, h: Tensor) -> Tensor:
+        """Causal window mean over frames: ``(B, C, F) -> (B, C, F)``."""
+        w = self.cfg.window
+        if w <= 0 or w >= h.shape[-1]:
+            return torch.cumsum(h, -1) / torch.arange(1, h.shape[-1] + 1, device=h.device, dtype=h.dtype)
+        c = F.pad(torch.cumsum(h, -1), (w, 0))
+        counts = torch.clamp(torch.arange(1, h.shape[-1] + 1, device=h.device), max=w).to(h.dtype)
+        return (c[..., w:] - c[..., : h.shape[-1]]) / counts
+
+    def frame_logits(self, x: Tensor) -> Tensor:
+        """Logits at every frame ``(B, classes, F)``: what the live listener evaluates."""
+        return self.head(self.pooled(self.frames(x)).transpose(1, 2)).transpose(1, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Clip logits ``(B, classes)``: the head at the last frame."""
+        h = self.pooled(self.frames(x))[..., -1]
+        return self.head(h)
