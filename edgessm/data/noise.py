@@ -1,0 +1,224 @@
+"""Noise sources for augmentation: real recordings (:class:`NoiseBank`), colored noise, babble.
+
+numpy only (no torch), so it runs in DataLoader workers. Every random choice comes from the
+``numpy.random.Generator`` passed in: the same generator state gives the same samples.
+Audio is float32 mono ``(T,)`` at 16 kHz unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from .audio import SAMPLE_RATE, load_audio
+from .corpora import audio_files
+
+#: Spectral exponents β of the named noise colors: the power spectral density goes as ``f**β``.
+COLORS: dict[str, float] = {"white": 0.0, "pink": -1.0, "brown": -2.0, "blue": 1.0, "violet": 2.0}
+
+#: A source of speech for babble: a list of clips, or a callable that returns one clip per call.
+SpeechSource = Sequence[np.ndarray] | Callable[[np.random.Generator], np.ndarray]
+
+_SILENT_POWER = 1e-10  # mean square below this (-100 dBFS) counts as silence
+
+
+def colored_noise(
+    length: int, rng: np.random.Generator, exponent: float | str = "white", level_dbfs: float = -20.0
+) -> np.ndarray:
+    """Gaussian noise whose power spectral density goes as ``f**exponent``.
+
+    Args:
+        length: number of samples (the output has exactly this many).
+        rng: the random generator.
+        exponent: spectral exponent β (0 white, -1 pink, -2 brown, +1 blue, +2 violet) or one of
+            those color names. Any real β works; the DC bin is set to zero.
+        level_dbfs: RMS level of the result in dB relative to 1.0.
+
+    Returns:
+        ``(length,)`` float32 noise at ``level_dbfs``. The shaping is done on one FFT of the whole
+        length, so the noise is periodic with period ``length`` (no onset transient).
+    """
+    if isinstance(exponent, str):
+        if exponent not in COLORS:
+            raise ValueError(f"unknown noise color {exponent!r}; choose one of {sorted(COLORS)} or give a number")
+        exponent = COLORS[exponent]
+    if length < 0:
+        raise ValueError(f"length must be >= 0, got {length}")
+    if length < 2:
+        return np.zeros(length, np.float32)
+    spec = np.fft.rfft(rng.standard_normal(length))
+    f = np.arange(spec.shape[0], dtype=np.float64)
+    f[0] = 1.0
+    spec *= f ** (exponent / 2.0)  # amplitude goes as f**(β/2), power as f**β
+    spec[0] = 0.0
+    x = np.fft.irfft(spec, n=length)
+    return _to_level(x, level_dbfs)
+
+
+def babble(
+    speech: SpeechSource,
+    length: int,
+    rng: np.random.Generator,
+    talkers: int | tuple[int, int] = (3, 6),
+    gain_db: tuple[float, float] = (-6.0, 0.0),
+    level_dbfs: float = -20.0,
+) -> np.ndarray:
+    """Babble noise: several talkers, each a stream of speech clips laid end to end, summed.
+
+    Each talker starts at a random offset into its first clip, so the talkers do not line up,
+    and gets a random gain; each clip is first normalised to unit RMS so loud and quiet
+    recordings weigh the same.
+
+    Args:
+        speech: the clips to draw from (a sequence of ``(T_i,)`` float arrays at the output rate,
+            drawn with replacement) or a callable ``rng -> (T_i,)`` that returns one clip per call.
+        length: output length in samples.
+        rng: the random generator.
+        talkers: number of talkers, or an inclusive ``(low, high)`` range to draw it from.
+        gain_db: range of the per-talker gain in dB (uniform).
+        level_dbfs: RMS level of the result in dB relative to 1.0.
+
+    Returns:
+        ``(length,)`` float32 babble at ``level_dbfs``.
+
+    Raises:
+        ValueError: no speech clips, or only silent ones.
+    """
+    draw = _speech_drawer(speech)
+    n = int(talkers) if isinstance(talkers, int) else int(rng.integers(talkers[0], talkers[1] + 1))
+    if n < 1:
+        raise ValueError(f"babble needs at least one talker, got {talkers}")
+    out = np.zeros(length, np.float64)
+    for _ in range(n):
+        first = _loud_clip(draw, rng)
+        pieces = [first[int(rng.integers(first.shape[0])) :]]
+        filled = pieces[0].shape[0]
+        while filled < length:
+            pieces.append(_loud_clip(draw, rng))
+            filled += pieces[-1].shape[0]
+        out += np.concatenate(pieces)[:length] * 10.0 ** (rng.uniform(*gain_db) / 20.0)
+    return _to_level(out, level_dbfs)
+
+
+class NoiseBank:
+    """Noise recordings held in memory; hands out random crops of any length.
+
+    Files are picked uniformly (each recording, not each second, is equally likely). A crop of a
+    recording shorter than the requested length loops the recording (with a hard seam).
+
+    Build it from a folder tree with :meth:`from_folder` (e.g. the Speech Commands
+    ``_background_noise_`` folder, passed in by the caller) or from arrays.
+    """
+
+    def __init__(self, clips: Mapping[str, np.ndarray], held_out: Iterable[str] = ()) -> None:
+        """``clips``: name -> ``(T,)`` float audio at 16 kHz. ``held_out``: names kept out (for reference)."""
+        if not clips:
+            raise ValueError("a NoiseBank needs at least one noise clip")
+        self.names: list[str] = list(clips)
+        self.clips: list[np.ndarray] = []
+        for name, x in clips.items():
+            x = np.asarray(x, dtype=np.float32)
+            if x.ndim != 1 or x.shape[0] == 0:
+                raise ValueError(f"noise clip {name!r} must be a non-empty 1-D array, got shape {x.shape}")
+            if not np.isfinite(x).all():
+                raise ValueError(f"noise clip {name!r} contains NaN or infinite samples")
+            self.clips.append(x)
+        self.held_out: list[str] = list(held_out)
+
+    @classmethod
+    def from_folder(
+        cls,
+        root: str | os.PathLike,
+        holdout: Iterable[str] = (),
+        subset: Literal["train", "holdout", "all"] = "train",
+        sr: int = SAMPLE_RATE,
+    ) -> NoiseBank:
+        """Load every audio file under ``root`` (recursively, sorted), mixed down and resampled to ``sr``.
+
+        Args:
+            root: folder tree of noise recordings (wav, flac, ...).
+            holdout: files to keep for validation, by file name (``running_tap.wav``), stem
+                (``running_tap``) or path relative to ``root``.
+            subset: ``train`` loads all but the held-out files, ``holdout`` only them, ``all`` every file.
+            sr: sample rate of the loaded audio.
+
+        Raises:
+            ValueError: ``root`` is missing or holds no audio, a ``holdout`` name matches no file,
+                or the subset is empty.
+        """
+        root = Path(root).expanduser()
+        files = audio_files(root)
+        if not files:
+            raise ValueError(f"noise folder {root} holds no audio files (wav, flac, ...)")
+        names = {p: p.relative_to(root).as_posix() for p in files}
+        wanted = list(holdout)
+        unmatched = [h for h in wanted if not any(_matches(p, names[p], h) for p in files)]
+        if unmatched:
+            raise ValueError(f"holdout names {unmatched} match no file under {root}; files: {sorted(names.values())}")
+        is_held = {p: any(_matches(p, names[p], h) for h in wanted) for p in files}
+        if subset == "train":
+            chosen = [p for p in files if not is_held[p]]
+        elif subset == "holdout":
+            chosen = [p for p in files if is_held[p]]
+        elif subset == "all":
+            chosen = files
+        else:
+            raise ValueError(f"subset must be 'train', 'holdout' or 'all', got {subset!r}")
+        if not chosen:
+            raise ValueError(f"the {subset!r} subset of {root} is empty ({len(files)} files, holdout={wanted})")
+        clips = {names[p]: load_audio(p, sr=sr)[0] for p in chosen}
+        return cls(clips, held_out=[names[p] for p in files if is_held[p]])
+
+    def __len__(self) -> int:
+        return len(self.clips)
+
+    def crop(self, index: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """A random ``(length,)`` float32 crop of clip ``index`` (looped if the clip is shorter)."""
+        x = self.clips[index]
+        n = x.shape[0]
+        if length <= n:
+            start = int(rng.integers(0, n - length + 1))
+            return x[start : start + length].copy()
+        start = int(rng.integers(0, n))
+        return x[(start + np.arange(length)) % n]
+
+    def sample(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        """A random ``(length,)`` float32 crop of a uniformly chosen clip."""
+        return self.crop(int(rng.integers(len(self.clips))), length, rng)
+
+    def __repr__(self) -> str:
+        return f"NoiseBank({len(self)} clips: {self.names}, held out: {self.held_out})"
+
+
+def _matches(path: Path, rel: str, name: str) -> bool:
+    return name in (path.name, path.stem, rel)
+
+
+def _speech_drawer(speech: SpeechSource) -> Callable[[np.random.Generator], np.ndarray]:
+    if callable(speech):
+        return speech
+    clips = list(speech)
+    if not clips:
+        raise ValueError("babble needs at least one speech clip")
+    return lambda rng: clips[int(rng.integers(len(clips)))]
+
+
+def _loud_clip(draw: Callable[[np.random.Generator], np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """Draw clips until one is not silent; return it as float64 at unit RMS."""
+    for _ in range(100):
+        x = np.asarray(draw(rng), dtype=np.float64).reshape(-1)
+        power = float(np.mean(x**2)) if x.size else 0.0
+        if power > _SILENT_POWER:
+            return x / np.sqrt(power)
+    raise ValueError("babble: 100 speech clips in a row were empty or silent")
+
+
+def _to_level(x: np.ndarray, level_dbfs: float) -> np.ndarray:
+    power = float(np.mean(np.square(x, dtype=np.float64))) if x.size else 0.0
+    if power <= _SILENT_POWER:
+        return np.zeros(x.shape, np.float32)
+    return (x * (10.0 ** (level_dbfs / 20.0) / np.sqrt(power))).astype(np.float32)

@@ -1,0 +1,1 @@
+"""Training: configs, tasks (classification, waveform, CTC), the trainer (AMP, DDP, exact resume)."""

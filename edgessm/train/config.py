@@ -1,0 +1,134 @@
+"""Training configs as data: TOML files with sections, plus ``section.key=value`` overrides.
+
+A config has a ``task`` (``kws``, ``denoise`` or ``asr``) and sections:
+
+* ``[model]``  keys of the network's config dataclass (:mod:`edgessm.nets`);
+* ``[data]``   task-specific data sources and clip lengths;
+* ``[augment]`` augmentation settings (see :mod:`edgessm.data.augment`);
+* ``[optim]``  :class:`OptimConfig`;
+* ``[train]``  :class:`RunConfig`.
+
+Shipped configs live in ``edgessm/train/configs/`` and are addressed by name (``kws``, ``denoise``...).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+@dataclass
+class OptimConfig:
+    """AdamW with a cosine schedule and linear warmup (paper App. E)."""
+
+    lr: float = 0.01
+    weight_decay: float = 0.05
+    ssm_lr: float = 0.001  # learning rate of the SSM dynamics (A, Δ); no weight decay on them
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup: float = 0.01  # fraction of the total steps
+    min_lr_ratio: float = 0.0  # the cosine decays to lr * min_lr_ratio
+    clip: float = 1.0  # gradient-norm clipping
+
+
+@dataclass
+class RunConfig:
+    steps: int = 1000
+    batch_size: int = 32  # global batch: split evenly across distributed processes
+    eval_every: int = 500
+    checkpoint_every: int = 200
+    log_every: int = 10
+    seed: int = 0
+    amp: str = "auto"  # auto (on for CUDA), off, bf16, fp16
+    compile: bool = False
+    workers: int = 2
+    eval_batches: int = 0  # 0: the whole validation set
+
+
+@dataclass
+class TrainConfig:
+    task: str
+    model: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    augment: dict[str, Any] = field(default_factory=dict)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        d = copy.deepcopy(d)
+        if "task" not in d:
+            raise ValueError("a training config needs a top-level 'task' (kws, denoise or asr)")
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown config sections {sorted(unknown)}")
+        optim = _dataclass_from(OptimConfig, d.pop("optim", {}), "optim")
+        run = _dataclass_from(RunConfig, d.pop("train", {}), "train")
+        return cls(optim=optim, train=run, **d)
+
+
+def _dataclass_from(cls, values: dict[str, Any], section: str):
+    known = {f.name for f in fields(cls)}
+    unknown = set(values) - known
+    if unknown:
+        raise ValueError(f"unknown keys in [{section}]: {sorted(unknown)}; known: {sorted(known)}")
+    values = dict(values)
+    if "betas" in values:
+        values["betas"] = tuple(values["betas"])
+    return cls(**values)
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """A shipped config by name (``kws``) or a path to a TOML file."""
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        return p
+    shipped = CONFIG_DIR / f"{name_or_path}.toml"
+    if shipped.is_file():
+        return shipped
+    names = sorted(q.stem for q in CONFIG_DIR.glob("*.toml"))
+    raise FileNotFoundError(f"config {name_or_path!r} is neither a file nor a shipped config ({', '.join(names)})")
+
+
+def parse_value(text: str) -> Any:
+    """An override value: a TOML/Python literal (number, bool, list, quoted string) or a bare string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``section.key=value`` (or ``task=kws``) overrides to a config dictionary."""
+    d = copy.deepcopy(d)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not of the form section.key=value")
+        parts = key.strip().split(".")
+        node = d
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {part} is not a section")
+        node[parts[-1]] = parse_value(value)
+    return d
+
+
+def load_config(name_or_path: str, overrides: list[str] | None = None) -> TrainConfig:
+    """Load a TOML config (shipped name or path) and apply overrides."""
+    path = resolve_config_path(name_or_path)
+    with open(path, "rb") as f:
+        d = tomllib.load(f)
+    return TrainConfig.from_dict(apply_overrides(d, overrides or []))

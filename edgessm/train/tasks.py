@@ -1,0 +1,496 @@
+"""The three task types the trainer knows: clip classification (keyword spotting),
+waveform-to-waveform (denoising) and CTC (speech recognition).
+
+A task turns a config into a model, datasets whose items are drawn from ``(index, seed)`` pairs
+(see :mod:`.sampler`), a collate function, a loss and validation metrics (``score``: higher is
+better). Data sources are strings:
+
+* ``shared:sc_train`` / ``shared:fsdd`` / ``shared:sc_digits`` / ``shared:negatives`` /
+  ``shared:read_speech`` -- the real recordings in ``shared/data`` (never the SC test set);
+* ``speech_commands:DIR`` -- a Google Speech Commands v2 folder;
+* ``librispeech:DIR`` -- a LibriSpeech-style transcribed folder;
+* ``folder:DIR`` -- any folder tree of audio (clean speech for denoising);
+* ``manifest:CSV`` -- a manifest (e.g. a synthetic corpus, ``edgessm synth``);
+* ``noise:DIR`` / ``shared:noise`` -- noise recordings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from edgessm.data import corpora
+from edgessm.data.corpora import CorpusError
+from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
+from edgessm.data.manifest import Clip, read_manifest
+from edgessm.data.store import AudioStore
+from edgessm.data.text import CharTokenizer, edit_distance
+from edgessm.nets import build_network
+
+from .config import TrainConfig
+from .losses import erb_spectral_loss, si_sdr
+from .sampler import item_rng
+
+_SHARED = {
+    "sc_train": corpora.shared_sc_train,
+    "fsdd": corpora.shared_fsdd,
+    "sc_digits": corpora.shared_sc_digits,
+    "negatives": corpora.shared_negative_phrases,
+    "read_speech": corpora.shared_read_speech,
+}
+
+
+def load_sources(specs: list[str], words: str = "sc35") -> list[Clip]:
+    """Clips of every source spec (see the module docstring). The SC test set is refused."""
+    clips: list[Clip] = []
+    for spec in specs:
+        kind, _, arg = spec.partition(":")
+        if kind == "shared":
+            if arg not in _SHARED:
+                raise ValueError(
+                    f"unknown shared source {arg!r}; choose from {sorted(_SHARED)} "
+                    "(the Speech Commands test set is for evaluation only)"
+                )
+            clips += _SHARED[arg]()
+        elif kind == "speech_commands":
+            clips += corpora.speech_commands(arg, words)
+        elif kind == "librispeech":
+            clips += corpora.librispeech(arg)
+        elif kind == "folder":
+            clips += [Clip(str(p), speaker=p.parent.name, source="folder") for p in corpora.audio_files(arg)]
+        elif kind == "manifest":
+            clips += read_manifest(Path(arg).expanduser())
+        else:
+            raise ValueError(f"unknown data source {spec!r}")
+    if any(c.source == "sc_test" for c in clips):
+        raise ValueError("the Speech Commands test clips are for evaluation only and cannot be trained on")
+    return clips
+
+
+def noise_paths(specs: list[str]) -> list[str]:
+    paths: list[str] = []
+    for spec in specs:
+        kind, _, arg = spec.partition(":")
+        if spec == "shared:noise":
+            paths += [str(p) for p in corpora.shared_noises()]
+        elif kind == "noise":
+            paths += [str(p) for p in corpora.audio_files(arg)]
+        else:
+            raise ValueError(f"unknown noise source {spec!r} (use shared:noise or noise:DIR)")
+    return paths
+
+
+def assign_split(clip: Clip, validation_pct: float = 10.0) -> str:
+    """``train``/``validation``/``test``: the corpus's own split, else a stable hash of the speaker."""
+    if clip.split in ("train", "validation", "test"):
+        return clip.split
+    key = clip.speaker or Path(clip.path).stem
+    h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") % 10_000
+    return "validation" if h < validation_pct * 100 else "train"
+
+
+def _crop_or_place(x: np.ndarray, length: int, rng: np.random.Generator | None) -> np.ndarray:
+    """Fit ``x`` into ``length`` samples: a random placement (train) or centred (validation)."""
+    out = np.zeros(length, np.float32)
+    if len(x) >= length:
+        start = int(rng.integers(0, len(x) - length + 1)) if rng is not None else (len(x) - length) // 2
+        return x[start : start + length].copy()
+    start = int(rng.integers(0, length - len(x) + 1)) if rng is not None else (length - len(x)) // 2
+    out[start : start + len(x)] = x
+    return out
+
+
+def _random_crop(x: np.ndarray, length: int, rng: np.random.Generator) -> np.ndarray:
+    if len(x) < length:
+        x = np.tile(x, math.ceil(length / max(1, len(x))) + 1)
+    start = int(rng.integers(0, len(x) - length + 1))
+    return x[start : start + length]
+
+
+class Task:
+    """Interface of a training task."""
+
+    name = ""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+
+    def build_model(self) -> nn.Module:
+        return build_network(self.name, **self.model_config())
+
+    def model_config(self) -> dict[str, Any]:
+        return dict(self.cfg.model)
+
+    def describe(self) -> dict[str, Any]:
+        return {"network": self.name, "config": self.model_config()}
+
+    def train_set(self) -> torch.utils.data.Dataset:
+        raise NotImplementedError
+
+    def has_validation(self) -> bool:
+        return False
+
+    def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {k: torch.stack([torch.as_tensor(it[k]) for it in items]) for k in items[0]}
+
+    def loss(self, net: nn.Module, batch: dict[str, Tensor], progress: float) -> tuple[Tensor, dict[str, float]]:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module, device: torch.device, max_batches: int = 0) -> dict[str, float]:
+        raise NotImplementedError
+
+
+class _Items(torch.utils.data.Dataset):
+    """A dataset whose items are made by ``make(index, rng)``; indexed by ``(index, seed)`` pairs."""
+
+    def __init__(self, n: int, make) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
+        index, seed = key if isinstance(key, tuple) else (key, None)
+        return self.make(index, None if seed is None else item_rng(seed))
+
+
+# --- keyword spotting -------------------------------------------------------------------------
+
+
+@dataclass
+class KwsData:
+    words: str = "sc35"
+    sources: tuple[str, ...] = ("shared:sc_train",)
+    noise: tuple[str, ...] = ()
+    background: bool = True  # add _unknown_ and _silence_ so the live listener can say "nothing"
+    clip_samples: int = 16000
+    silence_fraction: float = 0.08
+    validation_pct: float = 10.0
+
+
+class KwsTask(Task):
+    """Clip classification over the task's words (+ ``_unknown_``, ``_silence_``)."""
+
+    name = "kws"
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        self.data = KwsData(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.data.items()})
+        labels = list(task_labels(self.data.words))
+        if self.data.background:
+            labels += [c for c in (UNKNOWN, SILENCE) if c not in labels]
+        self.labels = labels
+        self._prepared = False
+
+    def model_config(self) -> dict[str, Any]:
+        return {**self.cfg.model, "num_classes": len(self.labels)}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "labels": self.labels, "clip_samples": self.data.clip_samples}
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        index = {lab: i for i, lab in enumerate(self.labels)}
+        splits: dict[str, list[tuple[Clip, int]]] = {"train": [], "validation": []}
+        for clip in load_sources(list(self.data.sources), self.data.words):
+            label = clip.label if clip.label in index else (UNKNOWN if UNKNOWN in index else None)
+            if label is None or label == SILENCE:
+                continue
+            split = assign_split(clip, self.data.validation_pct)
+            if split in splits:
+                splits[split].append((clip, index[label]))
+        if not splits["train"]:
+            raise CorpusError("no training clips with a label of this task were found in the data sources")
+        self.items = splits
+        all_clips = splits["train"] + splits["validation"]
+        self.store = AudioStore([c.path for c, _ in all_clips], max_samples=self.data.clip_samples * 2, progress=True)
+        self.n_train = len(splits["train"])
+        self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
+        self.augment = build_augment(self.cfg.augment, self.noises)
+        self._prepared = True
+
+    def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+        n = len(self.items[split])
+        length = self.data.clip_samples
+        if index >= n:  # a silence example: background noise (or near-digital silence) at a random level
+            r = rng if rng is not None else item_rng(index)
+            if self.noises is not None and len(self.noises) and r.random() < 0.8:
+                x = _random_crop(self.noises[int(r.integers(len(self.noises)))], length, r)
+                x = x * 10 ** (r.uniform(-40, -5) / 20) / max(1e-4, float(np.abs(x).max()))
+            else:
+                x = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), length)
+            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(SILENCE)}
+        offset = 0 if split == "train" else self.n_train
+        clip_idx, label = offset + index, self.items[split][index][1]
+        x = _crop_or_place(self.store[clip_idx], length, rng)
+        if rng is not None and self.augment is not None:
+            x = self.augment(x, rng)
+        return {"audio": x.astype(np.float32)[None], "label": label}
+
+    def _n_silence(self, n: int) -> int:
+        return round(n * self.data.silence_fraction) if SILENCE in self.labels else 0
+
+    def train_set(self) -> torch.utils.data.Dataset:
+        self._prepare()
+        n = len(self.items["train"])
+        return _Items(n + self._n_silence(n), lambda i, rng: self._example("train", i, rng))
+
+    def has_validation(self) -> bool:
+        self._prepare()
+        return bool(self.items["validation"])
+
+    def loss(self, net, batch, progress):
+        logits = net(batch["audio"])
+        loss = F.cross_entropy(logits.float(), batch["label"])
+        acc = (logits.argmax(-1) == batch["label"]).float().mean()
+        return loss, {"acc": float(acc)}
+
+    def evaluate(self, model, device, max_batches=0):
+        self._prepare()
+        n = len(self.items["validation"])
+        ds = _Items(n + self._n_silence(n), lambda i, rng: self._example("validation", i, None))
+        return classify_dataset(model, ds, self.collate, device, max_batches)
+
+
+def classify_dataset(model: nn.Module, ds, collate, device, max_batches: int = 0, batch: int = 64) -> dict[str, float]:
+    correct = total = 0
+    loss = 0.0
+    for b, start in enumerate(range(0, len(ds), batch)):
+        if max_batches and b >= max_batches:
+            break
+        items = collate([ds[i] for i in range(start, min(len(ds), start + batch))])
+        logits = model(items["audio"].to(device)).float()
+        y = items["label"].to(device)
+        loss += float(F.cross_entropy(logits, y, reduction="sum"))
+        correct += int((logits.argmax(-1) == y).sum())
+        total += len(y)
+    acc = correct / max(1, total)
+    return {"accuracy": acc, "loss": loss / max(1, total), "score": acc}
+
+
+# --- denoising ----------------------------------------------------------------------------------
+
+
+@dataclass
+class DenoiseData:
+    sources: tuple[str, ...] = ("shared:read_speech",)
+    noise: tuple[str, ...] = ("shared:noise",)
+    segment_samples: int = 32768
+    validation_pct: float = 10.0
+    val_noise_holdout: tuple[str, ...] = ("running_tap.wav",)
+    spectral_weight: float = 1.0  # the ERB spectral loss weight ramps from 0 to this over training
+
+
+class DenoiseTask(Task):
+    """Waveform-to-waveform: SmoothL1 (beta 0.5) on waveforms + a ramped ERB spectral loss (App. E.2)."""
+
+    name = "denoise"
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        self.data = DenoiseData(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.data.items()})
+        self._prepared = False
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        clips = load_sources(list(self.data.sources))
+        train = [c for c in clips if assign_split(c, self.data.validation_pct) == "train"]
+        val = [c for c in clips if assign_split(c, self.data.validation_pct) == "validation"]
+        if not train:
+            raise CorpusError("no clean training speech found in the data sources")
+        self.train_clips, self.val_clips = train, val
+        self.clean = AudioStore([c.path for c in train + val], progress=True)
+        paths = noise_paths(list(self.data.noise))
+        if not paths:
+            raise CorpusError("denoising needs noise recordings (data.noise)")
+        held = set(self.data.val_noise_holdout)
+        train_noise = [p for p in paths if Path(p).name not in held] or paths
+        val_noise = [p for p in paths if Path(p).name in held] or paths
+        self.noise_train, self.noise_val = AudioStore(train_noise), AudioStore(val_noise)
+        self.mix = build_denoise_mixer(self.cfg.augment)
+        self._prepared = True
+
+    def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+        r = rng if rng is not None else item_rng(10_000 + index)
+        offset = 0 if split == "train" else len(self.train_clips)
+        noises = self.noise_train if split == "train" else self.noise_val
+        clean = _random_crop(self.clean[offset + index], self.data.segment_samples, r)
+        noise = _random_crop(noises[int(r.integers(len(noises)))], self.data.segment_samples, r)
+        noisy, target = self.mix(clean, noise, r)
+        return {"noisy": noisy.astype(np.float32)[None], "clean": target.astype(np.float32)[None]}
+
+    def train_set(self):
+        self._prepare()
+        return _Items(len(self.train_clips), lambda i, rng: self._example("train", i, rng))
+
+    def has_validation(self) -> bool:
+        self._prepare()
+        return bool(self.val_clips)
+
+    def loss(self, net, batch, progress):
+        est = net(batch["noisy"]).float()
+        ref = batch["clean"].float()
+        wave = F.smooth_l1_loss(est, ref, beta=0.5)
+        spec = erb_spectral_loss(est[:, 0], ref[:, 0])
+        w = self.data.spectral_weight * min(1.0, progress)
+        return wave + w * spec, {"wave": float(wave), "spec": float(spec)}
+
+    def evaluate(self, model, device, max_batches=0):
+        self._prepare()
+        gains, sdrs = [], []
+        for b, i in enumerate(range(len(self.val_clips))):
+            if max_batches and b >= max_batches * 8:
+                break
+            ex = self._example("validation", i, None)
+            noisy = torch.as_tensor(ex["noisy"])[None].to(device)
+            est = model(noisy)[0, 0].float().cpu()
+            ref = torch.as_tensor(ex["clean"][0])
+            s = float(si_sdr(est, ref))
+            sdrs.append(s)
+            gains.append(s - float(si_sdr(torch.as_tensor(ex["noisy"][0]), ref)))
+        return {
+            "si_sdr": float(np.mean(sdrs)),
+            "si_sdr_improvement": float(np.mean(gains)),
+            "score": float(np.mean(gains)),
+        }
+
+
+# --- CTC speech recognition -----------------------------------------------------------------------
+
+
+@dataclass
+class AsrData:
+    sources: tuple[str, ...] = ("shared:read_speech",)
+    noise: tuple[str, ...] = ()
+    max_samples: int = 16000 * 8
+    validation_pct: float = 10.0
+
+
+class CtcTask(Task):
+    """Character CTC on whole utterances (padded batches)."""
+
+    name = "asr"
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        self.data = AsrData(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.data.items()})
+        self.tok = CharTokenizer()
+        self._prepared = False
+
+    def model_config(self) -> dict[str, Any]:
+        return {**self.cfg.model, "vocab_size": len(self.tok)}
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        clips = [c for c in load_sources(list(self.data.sources)) if c.text]
+        if not clips:
+            raise CorpusError("no transcribed utterances found in the data sources")
+        self.train_clips = [c for c in clips if assign_split(c, self.data.validation_pct) == "train"]
+        self.val_clips = [c for c in clips if assign_split(c, self.data.validation_pct) == "validation"]
+        self.store = AudioStore([c.path for c in self.train_clips + self.val_clips], max_samples=self.data.max_samples,
+                                progress=True)  # fmt: skip
+        self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
+        self.augment = build_augment(self.cfg.augment, self.noises)
+        self._prepared = True
+
+    def _example(self, split: str, index: int, rng) -> dict[str, Any]:
+        offset = 0 if split == "train" else len(self.train_clips)
+        clip = (self.train_clips if split == "train" else self.val_clips)[index]
+        x = self.store[offset + index]
+        if rng is not None and self.augment is not None:
+            x = self.augment(x, rng)
+        return {"audio": x.astype(np.float32), "tokens": self.tok.encode(clip.text), "text": clip.text}
+
+    def collate(self, items):
+        stride = 320
+        n = max(len(it["audio"]) for it in items)
+        n = math.ceil(n / stride) * stride
+        audio = torch.zeros(len(items), 1, n)
+        for i, it in enumerate(items):
+            audio[i, 0, : len(it["audio"])] = torch.as_tensor(it["audio"])
+        tokens = torch.cat([torch.as_tensor(it["tokens"], dtype=torch.long) for it in items])
+        return {
+            "audio": audio,
+            "audio_lengths": torch.tensor([len(it["audio"]) for it in items]),
+            "tokens": tokens,
+            "token_lengths": torch.tensor([len(it["tokens"]) for it in items]),
+            "texts": [it["text"] for it in items],
+        }
+
+    def train_set(self):
+        self._prepare()
+        return _Items(len(self.train_clips), lambda i, rng: self._example("train", i, rng))
+
+    def has_validation(self) -> bool:
+        self._prepare()
+        return bool(self.val_clips)
+
+    def _stride(self, net) -> int:
+        model = getattr(net, "module", net)
+        return getattr(model, "stride", getattr(getattr(model, "_orig_mod", None), "stride", 320))
+
+    def loss(self, net, batch, progress):
+        logits = net(batch["audio"]).float()  # (B, V, F)
+        logp = logits.log_softmax(1).permute(2, 0, 1)  # (F, B, V)
+        frames = torch.clamp(batch["audio_lengths"] // self._stride(net), max=logp.shape[0])
+        loss = F.ctc_loss(logp, batch["tokens"], frames, batch["token_lengths"], blank=0, zero_infinity=True)
+        return loss, {}
+
+    def evaluate(self, model, device, max_batches=0):
+        self._prepare()
+        errs = words = cerrs = chars = 0
+        for b, start in enumerate(range(0, len(self.val_clips), 16)):
+            if max_batches and b >= max_batches:
+                break
+            batch = self.collate(
+                [self._example("validation", i, None) for i in range(start, min(len(self.val_clips), start + 16))]
+            )
+            ids = model(batch["audio"].to(device)).argmax(1).cpu()
+            frames = batch["audio_lengths"] // self._stride(model)
+            for k, ref in enumerate(batch["texts"]):
+                hyp = self.tok.greedy(ids[k, : frames[k]].tolist())
+                errs += edit_distance(hyp.split(), ref.split())
+                words += len(ref.split())
+                cerrs += edit_distance(hyp, ref)
+                chars += len(ref)
+        wer, cer = errs / max(1, words), cerrs / max(1, chars)
+        return {"wer": wer, "cer": cer, "score": -cer}
+
+
+TASKS: dict[str, type[Task]] = {"kws": KwsTask, "denoise": DenoiseTask, "asr": CtcTask}
+
+
+def build_task(cfg: TrainConfig) -> Task:
+    if cfg.task not in TASKS:
+        raise ValueError(f"unknown task {cfg.task!r}; choose one of {sorted(TASKS)}")
+    return TASKS[cfg.task](cfg)
+
+
+# --- augmentation glue (settings are plain config data) ----------------------------------------
+
+
+def build_augment(settings: dict[str, Any], noises: AudioStore | None):
+    """An ``(audio, rng) -> audio`` callable from the ``[augment]`` section, or ``None``."""
+    if not settings:
+        return None
+    from edgessm.data import augment
+
+    return augment.build_clip_augment(settings, noises)
+
+
+def build_denoise_mixer(settings: dict[str, Any]):
+    """``(clean, noise, rng) -> (noisy, target)`` mixing per the paper's App. E.2."""
+    from edgessm.data import augment
+
+    return augment.build_denoise_mixer(settings)

@@ -1,0 +1,354 @@
+"""The training loop: one loop for every task, from this CPU to several GPUs.
+
+AdamW (the SSM dynamics A and Δ in their own group: lower learning rate, no weight decay),
+cosine schedule with linear warmup, gradient clipping, automatic mixed precision on CUDA (FFT
+convolutions stay float32 inside the SSM layers), optional ``torch.compile``, DDP through
+``torchrun`` (NCCL on GPUs, gloo on CPUs), checkpoints every N steps written atomically, exact
+resume, CSV + TensorBoard logs and a progress bar. Ctrl-C or SIGTERM saves a checkpoint first.
+
+Run directory::
+
+    out/config.json         the resolved config
+    out/log.csv             step, loss, lr, throughput and validation metrics
+    out/tb/                 TensorBoard events (when tensorboard is installed)
+    out/checkpoints/last.pt latest checkpoint (resume from here); best.pt: best validation score
+    out/model.safetensors   final weights, out/model.json: network kind and config
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .config import TrainConfig
+from .sampler import StepSampler
+from .tasks import Task, build_task
+
+
+class RunExistsError(RuntimeError):
+    pass
+
+
+def _dist_env() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def param_groups(model: nn.Module, cfg) -> list[dict[str, Any]]:
+    """SSM dynamics (parameters tagged ``_optim``), no-decay (vectors: biases, norms) and decay groups."""
+    ssm, no_decay, decay = [], [], []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        if hasattr(p, "_optim"):
+            ssm.append(p)
+        elif p.ndim <= 1:
+            no_decay.append(p)
+        else:
+            decay.append(p)
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay, "lr": cfg.lr},
+        {"params": no_decay, "weight_decay": 0.0, "lr": cfg.lr},
+        {"params": ssm, "weight_decay": 0.0, "lr": cfg.ssm_lr},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def cosine_with_warmup(step: int, total: int, warmup: float, min_ratio: float) -> float:
+    """Learning-rate multiplier: linear warmup over ``warmup * total`` steps, then cosine decay."""
+    w = max(1, round(warmup * total))
+    if step < w:
+        return (step + 1) / w
+    progress = min(1.0, (step - w) / max(1, total - w))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Trainer:
+    """Train ``cfg`` into ``out_dir``.
+
+    Args:
+        cfg: the resolved training config.
+        out_dir: run directory (created; refused if it holds a run and ``resume`` is false).
+        device: ``auto`` (CUDA if present), ``cpu`` or ``cuda``.
+        resume: continue from ``out_dir/checkpoints/last.pt``.
+        progress: show a progress bar (rank 0 only).
+    """
+
+    def __init__(self, cfg: TrainConfig, out_dir: str | os.PathLike, device: str = "auto", resume: bool = False,
+                 progress: bool = True, task: Task | None = None) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.out = Path(out_dir)
+        self.rank, self.world, local = _dist_env()
+        if self.world > 1 and not dist.is_initialized():
+            backend = "nccl" if torch.cuda.is_available() and device != "cpu" else "gloo"
+            dist.init_process_group(backend)
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
+            self.device = torch.device("cuda", local)
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+        self.progress = progress and self.rank == 0
+        ckpt = self.out / "checkpoints" / "last.pt"
+        if ckpt.exists() and not resume:
+            raise RunExistsError(f"{self.out} already holds a run; pass --resume to continue it or choose a new --out")
+        self.resume_from = ckpt if resume and ckpt.exists() else None
+
+        torch.manual_seed(cfg.train.seed + self.rank)
+        self.task = task or build_task(cfg)
+        self.model = self.task.build_model().to(self.device)
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim), betas=cfg.optim.betas)
+        total = cfg.train.steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: cosine_with_warmup(s, total, cfg.optim.warmup, cfg.optim.min_lr_ratio)
+        )
+        self.step = 0
+        self.best: float | None = None
+        amp = cfg.train.amp
+        self.amp_dtype = None
+        if self.device.type == "cuda" and amp != "off":
+            self.amp_dtype = torch.float16 if amp == "fp16" else torch.bfloat16
+        elif amp in ("bf16", "fp16") and self.device.type == "cpu":
+            self.amp_dtype = torch.bfloat16
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        if self.resume_from:
+            self._load(self.resume_from)
+        self.net: nn.Module = self.model
+        if cfg.train.compile:
+            self.net = torch.compile(self.net)
+        if self.world > 1:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.net = nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
+        self._stop = False
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        state = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "best": self.best,
+            "rng_cpu": torch.get_rng_state(),
+            "config": json.dumps(self.cfg.to_dict()),
+        }
+        if torch.cuda.is_available():
+            state["rng_cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def save_checkpoint(self, name: str = "last.pt") -> Path:
+        path = self.out / "checkpoints" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(self._state(), tmp)
+        os.replace(tmp, path)
+        return path
+
+    def _load(self, path: Path) -> None:
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        saved = json.loads(state["config"])
+        if saved.get("task") != self.cfg.task or saved.get("model") != self.cfg.model:
+            raise RuntimeError(f"{path} was trained with a different task or model config; resume with the same config")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["step"])
+        self.best = state["best"]
+        # each rank continues its own dropout stream: rank 0's state is saved, others re-derive
+        torch.set_rng_state(state["rng_cpu"].cpu() if self.rank == 0 else torch.get_rng_state())
+        if self.rank == 0 and "rng_cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["rng_cuda"]])
+
+    def export_weights(self) -> Path:
+        """Write the final weights (safetensors) and the network description beside them."""
+        from safetensors.torch import save_file
+
+        path = self.out / "model.safetensors"
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
+        tmp = path.with_suffix(".tmp")
+        save_file(tensors, str(tmp))
+        os.replace(tmp, path)
+        (self.out / "model.json").write_text(json.dumps(self.task.describe(), indent=1))
+        return path
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _autocast(self):
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    def _loader(self, dataset, sampler) -> torch.utils.data.DataLoader:
+        workers = self.cfg.train.workers
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=workers,
+            collate_fn=self.task.collate,
+            generator=torch.Generator(),  # keep the global RNG (dropout) untouched by loader seeding
+            persistent_workers=False,
+            prefetch_factor=4 if workers else None,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """Validation metrics of the current weights (rank 0's view; ``score``: higher is better)."""
+        self.model.eval()
+        with torch.no_grad(), self._autocast():
+            metrics = self.task.evaluate(self.model, self.device, self.cfg.train.eval_batches)
+        self.model.train()
+        return metrics
+
+    def _request_stop(self, signum, frame) -> None:
+        self._stop = True
+
+    def fit(self) -> dict[str, float]:
+        """Train until ``train.steps``; returns the last validation metrics (rank 0)."""
+        cfg = self.cfg
+        if self.rank == 0:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        train_set = self.task.train_set()
+        sampler = StepSampler(len(train_set), cfg.train.batch_size, cfg.train.steps, cfg.train.seed,
+                              start_step=self.step, rank=self.rank, world=self.world)  # fmt: skip
+        logger = _Logger(self.out, enabled=self.rank == 0)
+        old = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        bar = None
+        if self.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(
+                total=cfg.train.steps, initial=self.step, desc=f"train {cfg.task}", unit="step", dynamic_ncols=True
+            )
+        metrics: dict[str, float] = {}
+        t_last, items = time.perf_counter(), 0
+        self.model.train()
+        try:
+            for batch in self._loader(train_set, sampler):
+                batch = self._to_device(batch)
+                with self._autocast():
+                    loss, parts = self.task.loss(self.net, batch, self.step / max(1, cfg.train.steps))
+                self.scaler.scale(loss).backward()
+                self.scaler.unscale_(self.optimizer)
+                grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip))
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step += 1
+                items += cfg.train.batch_size
+                if not math.isfinite(float(loss)):
+                    raise FloatingPointError(f"the loss became {float(loss)} at step {self.step}; lower optim.lr")
+                if self.step % cfg.train.log_every == 0 or self.step == cfg.train.steps:
+                    now = time.perf_counter()
+                    row = {"step": self.step, "loss": self._mean(float(loss)), "lr": self.scheduler.get_last_lr()[0],
+                           "grad_norm": grad_norm, "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
+                    row.update({k: self._mean(v) for k, v in parts.items()})
+                    t_last, items = now, 0
+                    logger.log(row)
+                    if bar is not None:
+                        bar.set_postfix(
+                            loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", ips=f"{row['items_per_s']:.0f}"
+                        )
+                if self.step % cfg.train.eval_every == 0 or self.step == cfg.train.steps:
+                    metrics = self._eval_and_keep_best(logger)
+                if self.step % cfg.train.checkpoint_every == 0 or self.step == cfg.train.steps or self._stop:
+                    if self.rank == 0:
+                        self.save_checkpoint()
+                    self._barrier()
+                if bar is not None:
+                    bar.update(1)
+                if self._stop:
+                    if self.rank == 0:
+                        print(f"\nstopped at step {self.step}; continue with --resume", flush=True)
+                    break
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            if bar is not None:
+                bar.close()
+            logger.close()
+        if self.rank == 0 and self.step >= cfg.train.steps:
+            self.export_weights()
+        self._barrier()
+        return metrics
+
+    def _eval_and_keep_best(self, logger: _Logger) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if self.rank == 0 and self.task.has_validation():
+            metrics = self.evaluate()
+            logger.log({"step": self.step, **{f"val_{k}": v for k, v in metrics.items()}})
+            score = metrics.get("score")
+            if score is not None and (self.best is None or score > self.best):
+                self.best = score
+                self.save_checkpoint("best.pt")
+        self._barrier()
+        return metrics
+
+    def _mean(self, value: float) -> float:
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return float(t) / self.world
+
+    def _barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+class _Logger:
+    """CSV log (one row per event, union of columns) and TensorBoard scalars when available."""
+
+    def __init__(self, out: Path, enabled: bool) -> None:
+        self.enabled = enabled
+        self.path = out / "log.csv"
+        self.tb = None
+        if enabled:
+            with contextlib.suppress(ImportError):
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(out / "tb"))
+
+    def log(self, row: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        rows = []
+        if self.path.exists():
+            with open(self.path, newline="") as f:
+                rows = list(csv.DictReader(f))
+        rows.append({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
+        cols = list(dict.fromkeys(k for r in rows for k in r))
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+        os.replace(tmp, self.path)
+        if self.tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, int(row["step"]))
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
