@@ -221,8 +221,9 @@ class Trainer:
     def _request_stop(self, signum, frame) -> None:
         self._stop = True
 
-    def fit(self) -> dict[str, float]:
-        """Train until ``train.steps``; returns the last validation metrics (rank 0)."""
+    def fit(self, stop_after: int | None = None) -> dict[str, float]:
+        """Train until ``train.steps`` (or stop, with a checkpoint, after step ``stop_after``, as an
+        interruption would); returns the last validation metrics (rank 0)."""
         cfg = self.cfg
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -256,6 +257,9 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 items += cfg.train.batch_size
+                if stop_after is not None and self.step >= stop_after:
+                    self._stop = True
+                loss = loss.detach()
                 if not math.isfinite(float(loss)):
                     raise FloatingPointError(f"the loss became {float(loss)} at step {self.step}; lower optim.lr")
                 if self.step % cfg.train.log_every == 0 or self.step == cfg.train.steps:

@@ -1,0 +1,150 @@
+"""The trainer: losses go down for each task type, exact resume, DDP equivalence, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import os
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+from fixtures import clean_and_noise_folders, librispeech_folder, speech_commands_folder
+
+from edgessm.train.config import TrainConfig, apply_overrides, load_config
+from edgessm.train.trainer import RunExistsError, Trainer
+
+TINY_KWS = {"channels": [4, 8], "states": [4, 8], "kinds": ["full", "pointwise"], "pools": [4, 4], "dropout": 0.0}
+
+
+def kws_config(folder: Path, steps: int = 30, **train) -> TrainConfig:
+    return TrainConfig.from_dict(
+        {
+            "task": "kws",
+            "model": TINY_KWS,
+            "data": {"words": "sc10", "sources": [f"speech_commands:{folder}"], "noise": [f"noise:{folder / '_background_noise_'}"],
+                     "clip_samples": 8192},
+            "optim": {"lr": 0.01, "warmup": 0.1},
+            "train": {"steps": steps, "batch_size": 8, "eval_every": steps, "checkpoint_every": 10, "log_every": 1,
+                      "workers": 0, **train},
+        }
+    )  # fmt: skip
+
+
+def _losses(run: Path) -> list[float]:
+    with open(run / "log.csv") as f:
+        return [float(r["loss"]) for r in csv.DictReader(f) if r.get("loss")]
+
+
+@pytest.fixture(scope="module")
+def sc_folder(tmp_path_factory) -> Path:
+    return speech_commands_folder(tmp_path_factory.mktemp("sc"))
+
+
+def test_classification_loss_goes_down(sc_folder: Path, tmp_path: Path) -> None:
+    trainer = Trainer(kws_config(sc_folder, steps=40), tmp_path / "run", device="cpu", progress=False)
+    metrics = trainer.fit()
+    losses = _losses(tmp_path / "run")
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+    assert 0.0 <= metrics["accuracy"] <= 1.0
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert (tmp_path / "run" / "checkpoints" / "best.pt").is_file()
+
+
+def test_resume_reaches_the_same_weights(sc_folder: Path, tmp_path: Path) -> None:
+    full = Trainer(kws_config(sc_folder, steps=20), tmp_path / "a", device="cpu", progress=False)
+    full.fit()
+    part = Trainer(kws_config(sc_folder, steps=20), tmp_path / "b", device="cpu", progress=False)
+    part.fit(stop_after=10)
+    assert part.step == 10
+    # resumed with data-loader workers: the data a step sees does not depend on them
+    resumed = Trainer(kws_config(sc_folder, steps=20, workers=2), tmp_path / "b", device="cpu", progress=False,
+                      resume=True)  # fmt: skip
+    assert resumed.step == 10
+    resumed.fit()
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
+
+
+def test_refuses_to_overwrite_a_run(sc_folder: Path, tmp_path: Path) -> None:
+    Trainer(kws_config(sc_folder, steps=2), tmp_path / "r", device="cpu", progress=False).fit()
+    with pytest.raises(RunExistsError, match="--resume"):
+        Trainer(kws_config(sc_folder, steps=2), tmp_path / "r", device="cpu", progress=False)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank: int, world: int, port: int, folder: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(world), RANK=str(rank),
+                      LOCAL_RANK=str(rank))  # fmt: skip
+    torch.set_num_threads(1)
+    Trainer(kws_config(Path(folder), steps=12), out, device="cpu", progress=False).fit()
+    torch.distributed.destroy_process_group()
+
+
+def test_two_process_gloo_ddp_equals_one_process(sc_folder: Path, tmp_path: Path) -> None:
+    single = Trainer(kws_config(sc_folder, steps=12), tmp_path / "single", device="cpu", progress=False)
+    single.fit()
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), str(sc_folder), str(tmp_path / "ddp")), nprocs=2)
+    from safetensors.torch import load_file
+
+    ddp = load_file(str(tmp_path / "ddp" / "model.safetensors"))
+    for name, a in single.model.state_dict().items():
+        assert torch.allclose(a, ddp[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_waveform_loss_goes_down(tmp_path: Path) -> None:
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    cfg = TrainConfig.from_dict(
+        {
+            "task": "denoise",
+            "model": {"channels": [4, 8], "states": [4, 8], "kinds": ["full", "pointwise"], "pools": [4, 4],
+                      "bottleneck_states": 8, "n_bottleneck": 1},
+            "data": {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "segment_samples": 4096,
+                     "val_noise_holdout": ["hum.wav"], "validation_pct": 30.0},
+            "optim": {"lr": 0.005, "warmup": 0.05},
+            "train": {"steps": 40, "batch_size": 4, "eval_every": 40, "log_every": 1, "workers": 0},
+        }
+    )  # fmt: skip
+    metrics = Trainer(cfg, tmp_path / "run", device="cpu", progress=False).fit()
+    losses = _losses(tmp_path / "run")
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert "si_sdr_improvement" in metrics
+
+
+def test_ctc_loss_goes_down(tmp_path: Path) -> None:
+    root = librispeech_folder(tmp_path / "ls")
+    cfg = TrainConfig.from_dict(
+        {
+            "task": "asr",
+            "model": {"channels": [8, 16], "states": [4, 16], "kinds": ["full", "pointwise"], "pools": [16, 20]},
+            "data": {"sources": [f"librispeech:{root}"], "validation_pct": 20.0},
+            "optim": {"lr": 0.01, "warmup": 0.05},
+            "train": {"steps": 30, "batch_size": 4, "eval_every": 30, "log_every": 1, "workers": 0},
+        }
+    )  # fmt: skip
+    metrics = Trainer(cfg, tmp_path / "run", device="cpu", progress=False).fit()
+    losses = _losses(tmp_path / "run")
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
+    assert 0.0 <= metrics["cer"]
+
+
+def test_config_overrides_and_errors(tmp_path: Path) -> None:
+    d = apply_overrides({"task": "kws", "train": {"steps": 5}}, ["train.steps=7", "optim.lr=3e-3", "data.words=sc12"])
+    cfg = TrainConfig.from_dict(d)
+    assert cfg.train.steps == 7 and cfg.optim.lr == 0.003 and cfg.data["words"] == "sc12"
+    with pytest.raises(ValueError, match="unknown keys in \\[train\\]"):
+        TrainConfig.from_dict({"task": "kws", "train": {"stepz": 1}})
+    with pytest.raises(FileNotFoundError, match="shipped config"):
+        load_config("no-such-config")
+
+
+def test_sc_test_set_cannot_be_trained_on() -> None:
+    from edgessm.train.tasks import load_sources
+
+    with pytest.raises(ValueError, match="evaluation only"):
+        load_sources(["shared:sc_test"])
