@@ -22,8 +22,8 @@ def kws_config(folder: Path, steps: int = 30, **train) -> TrainConfig:
         {
             "task": "kws",
             "model": TINY_KWS,
-            "data": {"words": "sc10", "sources": [f"speech_commands:{folder}"], "noise": [f"noise:{folder / '_background_noise_'}"],
-                     "clip_samples": 8192},
+            "data": {"words": "sc10", "sources": [f"speech_commands:{folder}"],
+                     "noise": [f"noise:{folder / '_background_noise_'}"], "clip_samples": 8192},
             "optim": {"lr": 0.01, "warmup": 0.1},
             "train": {"steps": steps, "batch_size": 8, "eval_every": steps, "checkpoint_every": 10, "log_every": 1,
                       "workers": 0, **train},
