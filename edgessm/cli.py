@@ -18,8 +18,15 @@ def _bench(args: argparse.Namespace) -> int:
     return run(args.name, args.rest)
 
 
+def _train(args: argparse.Namespace) -> int:
+    from edgessm.train.cli import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from edgessm.bench import BENCHMARKS
+    from edgessm.train.cli import add_arguments as train_arguments
 
     ap = argparse.ArgumentParser(prog="edgessm", description="Streaming state-space models for speech on the edge.")
     ap.add_argument("--version", action="version", version=f"edgessm {__version__}")
@@ -28,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark to run")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help after the name)")
     b.set_defaults(func=_bench)
+    t = sub.add_parser("train", help="train a model (shipped recipe or your config) on CPU or GPUs")
+    train_arguments(t)
+    t.set_defaults(func=_train)
     return ap
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from edgessm.cli import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""``edgessm train``: train a shipped recipe or your own config.
+
+    edgessm train kws --out runs/kws                       # the shipped kws recipe, CUDA if present
+    edgessm train kws --out runs/kws --resume              # continue after an interruption
+    edgessm train my.toml --out runs/x --set train.steps=2000 --set optim.lr=3e-3
+    torchrun --nproc_per_node 4 -m edgessm train kws --out runs/kws --device cuda   # 4 GPUs (DDP)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("config", help="a shipped recipe (kws, denoise, asr, ...) or a TOML config file")
+    ap.add_argument("--config", dest="config_file", metavar="TOML", help="config file (overrides the positional name)")
+    ap.add_argument("--out", required=True, help="run directory (checkpoints, logs, final weights)")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a config value, e.g. --set train.steps=500 (repeatable)")  # fmt: skip
+    ap.add_argument("--steps", type=int, help="shortcut for --set train.steps=N")
+    ap.add_argument("--batch-size", type=int, help="shortcut for --set train.batch_size=N (global batch)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to log.csv)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .trainer import RunExistsError, Trainer
+
+    overrides = list(args.overrides)
+    if args.steps:
+        overrides.append(f"train.steps={args.steps}")
+    if args.batch_size:
+        overrides.append(f"train.batch_size={args.batch_size}")
+    try:
+        cfg = load_config(args.config_file or args.config, overrides)
+        trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress)
+    except (FileNotFoundError, ValueError, RunExistsError, RuntimeError) as e:
+        raise SystemExit(f"edgessm train: {e}") from None
+    metrics = trainer.fit()
+    if trainer.rank == 0:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
+        print(f"done: step {trainer.step} of {cfg.train.steps}; {shown or 'no validation set'}; run in {args.out}")
+    return 0
