@@ -148,3 +148,44 @@ def test_sc_test_set_cannot_be_trained_on() -> None:
 
     with pytest.raises(ValueError, match="evaluation only"):
         load_sources(["shared:sc_test"])
+
+
+def test_cli_trains_a_speech_commands_folder_end_to_end(sc_folder: Path, tmp_path: Path, capsys) -> None:
+    from edgessm.cli import main
+
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(
+        f"""task = "kws"
+[model]
+channels = [4, 8]
+states = [4, 8]
+kinds = ["full", "pointwise"]
+pools = [4, 4]
+[data]
+words = "sc10"
+sources = ["speech_commands:{sc_folder}"]
+noise = ["noise:{sc_folder / "_background_noise_"}"]
+clip_samples = 8192
+[train]
+steps = 6
+batch_size = 4
+workers = 0
+"""
+    )
+    out = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
+    assert "done: step 6 of 6" in capsys.readouterr().out
+    assert (out / "model.safetensors").is_file() and (out / "model.json").is_file()
+    with pytest.raises(SystemExit, match="--resume"):
+        main(["train", str(cfg), "--out", str(out), "--device", "cpu"])
+    # resuming a finished run is a no-op that keeps the weights
+    assert main(["train", str(cfg), "--out", str(out), "--device", "cpu", "--resume", "--no-progress"]) == 0
+
+
+def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
+    from edgessm.cli import main
+
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('task = "kws"\n[data]\nsources = ["speech_commands:/no/such/folder"]\n[train]\nworkers = 0\n')
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["train", str(cfg), "--out", str(tmp_path / "r"), "--device", "cpu", "--no-progress"])

@@ -38,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
         trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress)
     except (FileNotFoundError, ValueError, RunExistsError, RuntimeError) as e:
         raise SystemExit(f"edgessm train: {e}") from None
-    metrics = trainer.fit()
+    try:
+        metrics = trainer.fit()
+    except (FileNotFoundError, ValueError) as e:  # data problems surface when the datasets are built
+        raise SystemExit(f"edgessm train: {e}") from None
     if trainer.rank == 0:
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
         print(f"done: step {trainer.step} of {cfg.train.steps}; {shown or 'no validation set'}; run in {args.out}")
