@@ -53,14 +53,14 @@ def clean_and_noise_folders(root: Path, n_clean: int = 8, seed: int = 0) -> tupl
     return root / "clean", root / "noise"
 
 
-def librispeech_folder(root: Path, n: int = 12, seed: int = 0) -> Path:
+def librispeech_folder(root: Path, speakers: int = 6, per_speaker: int = 4, seed: int = 0) -> Path:
     """A LibriSpeech layout whose 'speech' spells letters as distinct tones (learnable by CTC)."""
     rng = np.random.default_rng(seed)
     letters = {"a": 300.0, "b": 500.0, "c": 700.0}
-    for spk in range(2):
+    for spk in range(speakers):
         d = root / str(100 + spk) / "1"
         lines = []
-        for u in range(n // 2):
+        for u in range(per_speaker):
             word = "".join(rng.choice(list(letters), size=3))
             x = np.concatenate([_tone_word(letters[ch], rng, 0.25) for ch in word] + [np.zeros(1600, np.float32)])
             uid = f"{100 + spk}-1-{u:04d}"

@@ -31,9 +31,9 @@ def kws_config(folder: Path, steps: int = 30, **train) -> TrainConfig:
     )  # fmt: skip
 
 
-def _losses(run: Path) -> list[float]:
+def _losses(run: Path, column: str = "loss") -> list[float]:
     with open(run / "log.csv") as f:
-        return [float(r["loss"]) for r in csv.DictReader(f) if r.get("loss")]
+        return [float(r[column]) for r in csv.DictReader(f) if r.get(column)]
 
 
 @pytest.fixture(scope="module")
@@ -105,14 +105,16 @@ def test_waveform_loss_goes_down(tmp_path: Path) -> None:
             "model": {"channels": [4, 8], "states": [4, 8], "kinds": ["full", "pointwise"], "pools": [4, 4],
                       "bottleneck_states": 8, "n_bottleneck": 1},
             "data": {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "segment_samples": 4096,
-                     "val_noise_holdout": ["hum.wav"], "validation_pct": 30.0},
+                     "val_noise_holdout": ["hum.wav"], "validation_pct": 50.0},
             "optim": {"lr": 0.005, "warmup": 0.05},
             "train": {"steps": 40, "batch_size": 4, "eval_every": 40, "log_every": 1, "workers": 0},
         }
     )  # fmt: skip
     metrics = Trainer(cfg, tmp_path / "run", device="cpu", progress=False).fit()
-    losses = _losses(tmp_path / "run")
-    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    # the total rises as the spectral term's weight ramps up: each term must fall on its own
+    for part in ("wave", "spec"):
+        values = _losses(tmp_path / "run", part)
+        assert sum(values[-5:]) / 5 < 0.8 * sum(values[:5]) / 5, part
     assert "si_sdr_improvement" in metrics
 
 
@@ -122,7 +124,7 @@ def test_ctc_loss_goes_down(tmp_path: Path) -> None:
         {
             "task": "asr",
             "model": {"channels": [8, 16], "states": [4, 16], "kinds": ["full", "pointwise"], "pools": [16, 20]},
-            "data": {"sources": [f"librispeech:{root}"], "validation_pct": 20.0},
+            "data": {"sources": [f"librispeech:{root}"], "validation_pct": 40.0},
             "optim": {"lr": 0.01, "warmup": 0.05},
             "train": {"steps": 30, "batch_size": 4, "eval_every": 30, "log_every": 1, "workers": 0},
         }

@@ -130,6 +130,18 @@ class NoiseBank:
         self.held_out: list[str] = list(held_out)
 
     @classmethod
+    def wrap(cls, clips: Sequence[np.ndarray], names: Sequence[str] | None = None) -> NoiseBank:
+        """A bank over an indexable collection of ``(T_i,)`` float clips without copying it (e.g. an
+        :class:`~edgessm.data.store.AudioStore`); clips are read on each crop and not validated."""
+        if len(clips) == 0:
+            raise ValueError("a NoiseBank needs at least one noise clip")
+        bank = cls.__new__(cls)
+        bank.clips = clips  # type: ignore[assignment]
+        bank.names = list(names) if names is not None else [str(i) for i in range(len(clips))]
+        bank.held_out = []
+        return bank
+
+    @classmethod
     def from_folder(
         cls,
         root: str | os.PathLike,
@@ -178,8 +190,10 @@ class NoiseBank:
 
     def crop(self, index: int, length: int, rng: np.random.Generator) -> np.ndarray:
         """A random ``(length,)`` float32 crop of clip ``index`` (looped if the clip is shorter)."""
-        x = self.clips[index]
+        x = np.asarray(self.clips[index], dtype=np.float32)
         n = x.shape[0]
+        if n == 0:
+            raise ValueError(f"noise clip {self.names[index]!r} is empty")
         if length <= n:
             start = int(rng.integers(0, n - length + 1))
             return x[start : start + length].copy()

@@ -9,6 +9,7 @@ numpy/scipy, so reverb runs in DataLoader workers without torch. RIRs are float3
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -387,7 +388,7 @@ def _load_cache(path: Path, params: dict) -> tuple[list[np.ndarray], list[float]
             flat, offsets, rts = z["rirs"], z["offsets"], z["rt60_s"]
     except (OSError, ValueError, KeyError):  # unreadable or from another layout: regenerate
         return [], []
-    return [flat[a:b].copy() for a, b in zip(offsets[:-1], offsets[1:], strict=True)], [float(r) for r in rts]
+    return [flat[a:b].copy() for a, b in itertools.pairwise(offsets.tolist())], [float(r) for r in rts]
 
 
 def _save_cache(path: Path, params: dict, rirs: list[np.ndarray], rts: list[float]) -> None:

@@ -1,9 +1,9 @@
 """``edgessm train``: train a shipped recipe or your own config.
 
-    edgessm train kws --out runs/kws                       # the shipped kws recipe, CUDA if present
-    edgessm train kws --out runs/kws --resume              # continue after an interruption
-    edgessm train my.toml --out runs/x --set train.steps=2000 --set optim.lr=3e-3
-    torchrun --nproc_per_node 4 -m edgessm train kws --out runs/kws --device cuda   # 4 GPUs (DDP)
+edgessm train kws --out runs/kws                       # the shipped kws recipe, CUDA if present
+edgessm train kws --out runs/kws --resume              # continue after an interruption
+edgessm train my.toml --out runs/x --set train.steps=2000 --set optim.lr=3e-3
+torchrun --nproc_per_node 4 -m edgessm train kws --out runs/kws --device cuda   # 4 GPUs (DDP)
 """
 
 from __future__ import annotations

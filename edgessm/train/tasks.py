@@ -318,6 +318,8 @@ class DenoiseTask(Task):
         val_noise = [p for p in paths if Path(p).name in held] or paths
         self.noise_train, self.noise_val = AudioStore(train_noise), AudioStore(val_noise)
         self.mix = build_denoise_mixer(self.cfg.augment)
+        # validation pairs: the same SNR/level mixing, no masking and no reverb
+        self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
         self._prepared = True
 
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
@@ -326,7 +328,7 @@ class DenoiseTask(Task):
         noises = self.noise_train if split == "train" else self.noise_val
         clean = _random_crop(self.clean[offset + index], self.data.segment_samples, r)
         noise = _random_crop(noises[int(r.integers(len(noises)))], self.data.segment_samples, r)
-        noisy, target = self.mix(clean, noise, r)
+        noisy, target = (self.mix if split == "train" else self.mix_val)(clean, noise, r)
         return {"noisy": noisy.astype(np.float32)[None], "clean": target.astype(np.float32)[None]}
 
     def train_set(self):
@@ -343,7 +345,7 @@ class DenoiseTask(Task):
         wave = F.smooth_l1_loss(est, ref, beta=0.5)
         spec = erb_spectral_loss(est[:, 0], ref[:, 0])
         w = self.data.spectral_weight * min(1.0, progress)
-        return wave + w * spec, {"wave": float(wave), "spec": float(spec)}
+        return wave + w * spec, {"wave": float(wave.detach()), "spec": float(spec.detach())}
 
     def evaluate(self, model, device, max_batches=0):
         self._prepare()
