@@ -60,11 +60,21 @@ def _irfft(x: Tensor, n: int, length: int) -> Tensor:
 # real batched matmuls on CPUs, and a real matmul is what every backend tunes best.
 
 
-def _mix_complex(x: Tensor, w: Tensor) -> Tensor:
-    """``y_bjf = Σ_i x_bif w_jif`` for complex ``x (B, I, F)``, ``w (J, I, F)``: one real bmm over ``f``.
+_LOOP_MAX_INPUTS = 16
 
+
+def _mix_complex(x: Tensor, w: Tensor) -> Tensor:
+    """``y_bjf = Σ_i x_bif w_jif`` for complex ``x (B, I, F)``, ``w (J, I, F)``.
+
+    Up to 16 inputs: a sum of broadcast products. More: one real bmm over ``f``,
     ``[Re y | Im y] = [Re x | Im x] @ [[Re w, Im w], [-Im w, Re w]]``.
     """
+    if x.shape[1] <= _LOOP_MAX_INPUTS:
+        # few inputs: accumulate elementwise products (a bmm over F tiny matrices is far slower)
+        y = x[:, 0:1] * w[:, 0]
+        for i in range(1, x.shape[1]):
+            y = y + x[:, i : i + 1] * w[:, i]
+        return y
     j = w.shape[0]
     a = torch.cat([x.real, x.imag], dim=1).permute(2, 0, 1)  # (F, B, 2I)
     wr, wi = w.real.permute(2, 1, 0), w.imag.permute(2, 1, 0)  # (F, I, J)
