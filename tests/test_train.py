@@ -191,3 +191,17 @@ def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
     cfg.write_text('task = "kws"\n[data]\nsources = ["speech_commands:/no/such/folder"]\n[train]\nworkers = 0\n')
     with pytest.raises(SystemExit, match="does not exist"):
         main(["train", str(cfg), "--out", str(tmp_path / "r"), "--device", "cpu", "--no-progress"])
+
+
+@pytest.mark.parametrize("name", ["kws", "denoise", "asr"])
+def test_shipped_recipes_are_valid(name: str) -> None:
+    from edgessm.data import augment
+    from edgessm.train.tasks import _resolve, build_task
+
+    cfg = load_config(name)
+    task = build_task(cfg)
+    model = task.build_model()
+    assert sum(p.numel() for p in model.parameters()) > 10_000
+    settings = _resolve(cfg.augment)
+    cls = augment.DenoiseAugmentConfig if name == "denoise" else augment.KwsAugmentConfig
+    assert augment.config_from_dict(cls, settings) is not None

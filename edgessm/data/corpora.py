@@ -35,6 +35,22 @@ def audio_files(root: str | os.PathLike) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS and p.is_file())
 
 
+def cache_dir() -> Path:
+    """Where generated data lives (synthetic corpora, simulated RIRs): ``$EDGESSM_CACHE`` or ``~/.cache/edgessm``."""
+    return Path(os.environ.get("EDGESSM_CACHE") or "~/.cache/edgessm").expanduser()
+
+
+def synth_manifest(name: str) -> Path:
+    """The manifest of the synthetic corpus ``name`` (made by ``edgessm synth --name NAME``)."""
+    path = cache_dir() / "synth" / name / "manifest.csv"
+    if not path.is_file():
+        raise CorpusError(
+            f"synthetic corpus {name!r} not found ({path}); generate it with `edgessm synth --name {name}` "
+            "(or set EDGESSM_CACHE to where it lives)"
+        )
+    return path
+
+
 def shared_data_dir(required: bool = True) -> Path | None:
     """The project's real-recordings folder: ``$EDGESSM_SHARED_DATA``, else ``../shared/data`` beside the repo."""
     env = os.environ.get("EDGESSM_SHARED_DATA")
@@ -238,6 +254,7 @@ __all__ = [
     "AUDIO_EXTENSIONS",
     "CorpusError",
     "audio_files",
+    "cache_dir",
     "clean_noise_folders",
     "librispeech",
     "normalize_text",
@@ -252,4 +269,5 @@ __all__ = [
     "shared_sc_train",
     "speech_commands",
     "speech_commands_noise",
+    "synth_manifest",
 ]

@@ -68,6 +68,8 @@ def load_sources(specs: list[str], words: str = "sc35") -> list[Clip]:
             clips += [Clip(str(p), speaker=p.parent.name, source="folder") for p in corpora.audio_files(arg)]
         elif kind == "manifest":
             clips += read_manifest(Path(arg).expanduser())
+        elif kind == "synth":
+            clips += read_manifest(corpora.synth_manifest(arg))
         else:
             raise ValueError(f"unknown data source {spec!r}")
     if any(c.source == "sc_test" for c in clips):
@@ -482,17 +484,27 @@ def build_task(cfg: TrainConfig) -> Task:
 # --- augmentation glue (settings are plain config data) ----------------------------------------
 
 
+def _resolve(settings: dict[str, Any]) -> dict[str, Any]:
+    """``shared:rirs`` in ``[augment.rirs] measured`` names the measured RIRs in shared/data."""
+    rirs = settings.get("rirs")
+    if isinstance(rirs, dict) and str(rirs.get("measured", "")).startswith("shared:"):
+        if rirs["measured"] != "shared:rirs":
+            raise ValueError(f"unknown shared RIR folder {rirs['measured']!r} (use shared:rirs)")
+        settings = {**settings, "rirs": {**rirs, "measured": str(corpora.shared_data_dir() / "rirs_real")}}
+    return settings
+
+
 def build_augment(settings: dict[str, Any], noises: AudioStore | None):
     """An ``(audio, rng) -> audio`` callable from the ``[augment]`` section, or ``None``."""
     if not settings:
         return None
     from edgessm.data import augment
 
-    return augment.build_clip_augment(settings, noises)
+    return augment.build_clip_augment(_resolve(settings), noises)
 
 
 def build_denoise_mixer(settings: dict[str, Any]):
     """``(clean, noise, rng) -> (noisy, target)`` mixing per the paper's App. E.2."""
     from edgessm.data import augment
 
-    return augment.build_denoise_mixer(settings)
+    return augment.build_denoise_mixer(_resolve(settings))
