@@ -148,7 +148,7 @@ class DepthwiseSSM(SSMLayer):
         return wr, wi, self.modes.delta() * self.E  # Δ folded into the readout: unit input gain
 
     def _mix(self, y: Tensor) -> Tensor:
-        return y if self.mixer is None else torch.einsum("bit,ji->bjt", y, self.mixer)
+        return y if self.mixer is None else self.mixer @ y
 
     def kernel(self, length: int) -> Tensor:
         """Per-channel kernels ``(H, length)``."""
@@ -172,12 +172,14 @@ class DepthwiseSSM(SSMLayer):
         return self._modal_constants(*map(_hi, self._weights()), length)
 
     def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
-        xr, xi = state
-        y = torch.einsum("bin,int->bit", xr, c["out_re"]) - torch.einsum("bin,int->bit", xi, c["out_im"])
-        y = y + torch.einsum("its,bis->bit", c["toeplitz"], u)
+        # matmul form (exports as MatMul): per channel i, (1, N) @ (N, T) and (T, T) @ (T, 1)
+        xr, xi = state  # (B, H, N)
+        y = (xr.unsqueeze(2) @ c["out_re"] - xi.unsqueeze(2) @ c["out_im"]).squeeze(2)  # (B, H, T)
+        y = y + (c["toeplitz"] @ u.unsqueeze(-1)).squeeze(-1)
         ar, ai = c["decay_re"], c["decay_im"]
-        new_r = ar * xr - ai * xi + torch.einsum("bis,ins->bin", u, c["in_re"])
-        new_i = ai * xr + ar * xi + torch.einsum("bis,ins->bin", u, c["in_im"])
+        ut = u.unsqueeze(2)  # (B, H, 1, T)
+        new_r = ar * xr - ai * xi + (ut @ c["in_re"].transpose(-1, -2)).squeeze(2)
+        new_i = ai * xr + ar * xi + (ut @ c["in_im"].transpose(-1, -2)).squeeze(2)
         return self._mix(y), [new_r, new_i]
 
     def counts(self) -> Counts:
@@ -226,12 +228,18 @@ class FullSSM(SSMLayer):
         return self._modal_constants(*map(_hi, self._weights()), length)
 
     def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
-        xr, xi = state
-        y = torch.einsum("bjin,jint->bjt", xr, c["out_re"]) - torch.einsum("bjin,jint->bjt", xi, c["out_im"])
-        y = y + torch.einsum("jits,bis->bjt", c["toeplitz"], u)
+        # matmul form: the (i, n) modes of output j are one contraction axis
+        xr, xi = state  # (B, J, I, N)
+        b, j, i, n = xr.shape
+        t = u.shape[-1]
+        out_re, out_im = c["out_re"].reshape(j, i * n, t), c["out_im"].reshape(j, i * n, t)
+        y = (xr.reshape(b, j, 1, i * n) @ out_re - xi.reshape(b, j, 1, i * n) @ out_im).squeeze(2)  # (B, J, T)
+        toep = c["toeplitz"].permute(0, 2, 1, 3).reshape(j, t, i * t)  # (J, T, I*S)
+        y = y + (toep @ u.reshape(b, 1, i * t, 1)).squeeze(-1)
         ar, ai = c["decay_re"], c["decay_im"]
-        in_r = torch.einsum("bis,jins->bjin", u, c["in_re"])
-        in_i = torch.einsum("bis,jins->bjin", u, c["in_im"])
+        ut = u.reshape(b, 1, i, 1, t)
+        in_r = (ut @ c["in_re"].transpose(-1, -2)).squeeze(3)  # (B, J, I, N)
+        in_i = (ut @ c["in_im"].transpose(-1, -2)).squeeze(3)
         return y, [ar * xr - ai * xi + in_r, ai * xr + ar * xi + in_i]
 
     def counts(self) -> Counts:
@@ -300,14 +308,16 @@ class _ProjectedSSM(SSMLayer):
         return consts
 
     def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
-        xr, xi = state
-        v = torch.einsum("bit,ni->bnt", u, c["b_bar"])  # u'_n = B̄_ni u_i
-        z = torch.einsum("bnm,nmt->bnt", xr, c["out_re"]) - torch.einsum("bnm,nmt->bnt", xi, c["out_im"])
-        z = z + torch.einsum("nts,bns->bnt", c["toeplitz"], v)
+        # matmul form: per state n, (1, M) @ (M, T), (T, T) @ (T, 1) and (1, T) @ (T, M)
+        xr, xi = state  # (B, N, M)
+        v = c["b_bar"] @ u  # u'_n = B̄_ni u_i: (B, N, T)
+        z = (xr.unsqueeze(2) @ c["out_re"] - xi.unsqueeze(2) @ c["out_im"]).squeeze(2)  # (B, N, T)
+        z = z + (c["toeplitz"] @ v.unsqueeze(-1)).squeeze(-1)
         ar, ai = c["decay_re"], c["decay_im"]
-        new_r = ar * xr - ai * xi + torch.einsum("bns,nms->bnm", v, c["in_re"])
-        new_i = ai * xr + ar * xi + torch.einsum("bns,nms->bnm", v, c["in_im"])
-        return torch.einsum("bnt,jn->bjt", z, c["c"]), [new_r, new_i]
+        vt = v.unsqueeze(2)  # (B, N, 1, T)
+        new_r = ar * xr - ai * xi + (vt @ c["in_re"].transpose(-1, -2)).squeeze(2)
+        new_i = ai * xr + ar * xi + (vt @ c["in_im"].transpose(-1, -2)).squeeze(2)
+        return c["c"] @ z, [new_r, new_i]
 
 
 class PointwiseBottleneckSSM(_ProjectedSSM):
