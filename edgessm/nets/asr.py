@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
+from edgessm.ssm.stream import State
 
 
 @dataclass
@@ -56,3 +57,14 @@ class CtcRecognizer(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         t = x.shape[-1] - x.shape[-1] % self.stride
         return self.classifier(self.encoder(x[..., :t]))
+
+    def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        return [(f"encoder.{n}", s) for n, s in self.encoder.state_shapes()]
+
+    def init_state(self, batch: int, *, device=None, dtype=None) -> State:
+        return self.encoder.init_state(batch, device=device, dtype=dtype)
+
+    def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        """One chunk ``(B, 1, T)`` (``T`` a multiple of the stride) -> CTC logits ``(B, vocab, T/stride)``."""
+        h, state = self.encoder.step(x, state)
+        return self.classifier(h), state

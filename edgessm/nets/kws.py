@@ -4,7 +4,8 @@ Six residual SSM blocks (full x2, bottleneck x2, pointwise x2 in the hybrid) eac
 average pooling (4, 4, 2, 2, 2, 2), then a head on the backbone features. The head averages the
 features over a causal window of ``window`` frames and applies a 2-layer MLP; clip training uses
 the window's output at the last frame, so a window as long as the clip is the paper's global
-average pooling, and the streaming model evaluates exactly the same function at every frame.
+average pooling, and the streaming model (``step``) evaluates exactly the same function at every
+frame: its state is the backbone's plus the last ``window - 1`` frames and a frame counter.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
+from edgessm.ssm.stream import State
 
 
 @dataclass
@@ -30,7 +32,7 @@ class KeywordSpotterConfig:
     n_sub: int = 4
     dropout: float = 0.1
     pre_conv: int = 0
-    window: int = 0  # head window in frames; 0: the whole input (global average pooling)
+    window: int = 62  # head window in frames (62 x 256 samples ~ 1 s: GAP over a training clip)
 
 
 class KeywordSpotter(nn.Module):
@@ -65,13 +67,41 @@ class KeywordSpotter(nn.Module):
         return self.backbone(x[..., :t])
 
     def pooled(self, h: Tensor) -> Tensor:
-        """Causal window mean over frames: ``(B, C, F) -> (B, C, F)``."""
+        """Causal window mean over frames: ``(B, C, F) -> (B, C, F)`` (frame t averages ``max(0, t-w+1)..t``)."""
         w = self.cfg.window
         if w <= 0 or w >= h.shape[-1]:
             return torch.cumsum(h, -1) / torch.arange(1, h.shape[-1] + 1, device=h.device, dtype=h.dtype)
         c = F.pad(torch.cumsum(h, -1), (w, 0))
         counts = torch.clamp(torch.arange(1, h.shape[-1] + 1, device=h.device), max=w).to(h.dtype)
         return (c[..., w:] - c[..., : h.shape[-1]]) / counts
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
+        c, w = self.cfg.channels[-1], self.cfg.window
+        if w <= 0:
+            raise ValueError("streaming needs a finite head window (model.window > 0)")
+        head = [("head.history", (c, w - 1)), ("head.count", (1,))]
+        return [(f"backbone.{n}", s) for n, s in self.backbone.state_shapes()] + head
+
+    def init_state(self, batch: int, *, device=None, dtype=None) -> State:
+        dtype = dtype or torch.get_default_dtype()
+        return [torch.zeros(batch, *s, device=device, dtype=dtype) for _, s in self.state_shapes()]
+
+    def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
+        """One chunk ``(B, 1, T)`` (``T`` a multiple of the stride) -> frame logits ``(B, classes, T/stride)``."""
+        n = len(self.backbone.state_shapes())
+        h, bstate = self.backbone.step(x, state[:n])
+        hist, count = state[n], state[n + 1]
+        w, frames = self.cfg.window, h.shape[-1]
+        full = torch.cat([hist, h], dim=-1)  # (B, C, w - 1 + F)
+        ones = torch.ones(h.shape[1], 1, w, dtype=h.dtype, device=h.device)
+        sums = F.conv1d(full, ones, groups=h.shape[1])  # window sums ending at each new frame
+        k = torch.arange(1, frames + 1, dtype=h.dtype, device=h.device)
+        counts = torch.clamp(count + k, max=float(w))  # (B, F)
+        logits = self.head((sums / counts.unsqueeze(1)).transpose(1, 2)).transpose(1, 2)
+        new_hist = full[..., full.shape[-1] - (w - 1) :]
+        return logits, [*bstate, new_hist, torch.clamp(count + frames, max=float(w))]
 
     def frame_logits(self, x: Tensor) -> Tensor:
         """Logits at every frame ``(B, classes, F)``: what the live listener evaluates."""
