@@ -7,12 +7,17 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-def randomize(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Give every SSM parameter a random value in a sane range (not just the deterministic init)."""
+def randomize(module: torch.nn.Module, seed: int = 0, dynamics: bool = True) -> torch.nn.Module:
+    """Give every SSM parameter a random value in a sane range (not just the deterministic init).
+
+    ``dynamics=False`` keeps A and Δ at their initialisation (as in a trained model's range) and
+    randomises the projections only."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in module.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
+            if not dynamics and leaf in ("dt_log", "a_log", "a_im"):
+                continue
             if leaf == "dt_log":
                 p.copy_(torch.empty(p.shape).uniform_(math.log(1e-3), math.log(1e-1), generator=g))
             elif leaf == "a_log":

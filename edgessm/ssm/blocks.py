@@ -62,12 +62,18 @@ class SSMLayer(Streamable):
     def step(self, u: Tensor, state: State) -> tuple[Tensor, State]:
         """Advance by ``u (B, H, T)``, any ``T``; returns ``(B, H', T)`` and the new state."""
         outs = []
+        frozen: dict[int, dict[str, Tensor]] | None = getattr(self, "frozen_constants", None)
         cache: dict[int, dict[str, Tensor]] = {}  # pieces share their length but for the last
-        for pos in range(0, u.shape[-1], self.max_step_chunk):
+        for pos in range(0, int(u.shape[-1]), self.max_step_chunk):
             piece = u[..., pos : pos + self.max_step_chunk]
-            size = piece.shape[-1]
+            size = int(piece.shape[-1])  # a plain int even while tracing: shapes are static
             if size not in cache:
-                cache[size] = {k: v.to(u.dtype) for k, v in self.step_constants(size).items()}
+                if frozen is not None and size in frozen:
+                    cache[size] = frozen[size]
+                else:
+                    cache[size] = {k: v.to(u.dtype) for k, v in self.step_constants(size).items()}
+                    if frozen is not None:  # freezing: keep plain float32 constants for export
+                        frozen[size] = {k: v.detach().clone() for k, v in cache[size].items()}
             y, state = self.advance(piece, state, cache[size])
             outs.append(y)
         if not outs:

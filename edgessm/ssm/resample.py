@@ -15,7 +15,7 @@ from .stream import Counts, State, Streamable
 
 
 def _check_length(layer: Streamable, x: Tensor) -> None:
-    if x.shape[-1] % layer.chunk_multiple:
+    if int(x.shape[-1]) % layer.chunk_multiple:
         raise ValueError(
             f"{type(layer).__name__} needs a length that is a multiple of {layer.chunk_multiple}, got {x.shape[-1]}"
         )
@@ -33,7 +33,8 @@ class AvgPool(Streamable):
     def forward(self, x: Tensor) -> Tensor:
         """``(B, C, L) -> (B, C, L / r)``."""
         _check_length(self, x)
-        return x.unflatten(-1, (-1, self.r)).mean(-1)
+        b, c, t = (int(n) for n in x.shape)  # static shapes: no Shape ops in an exported graph
+        return x.reshape(b, c, t // self.r, self.r).mean(-1)
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)

@@ -63,7 +63,7 @@ class Streamable(nn.Module):
         raise NotImplementedError
 
     def check_chunk(self, x: Tensor) -> None:
-        if x.shape[-1] % self.chunk_multiple:
+        if int(x.shape[-1]) % self.chunk_multiple:
             raise ValueError(
                 f"{type(self).__name__}.step got a chunk of {x.shape[-1]} samples; chunks must be a multiple "
                 f"of {self.chunk_multiple} (buffer the input to the network's total stride)"

@@ -1,0 +1,1 @@
+"""Deployment: stepwise ONNX export of streaming networks, verification, quantization, op census."""

@@ -1,0 +1,63 @@
+"""Stepwise ONNX export: every block kind and whole networks, several chunk sizes, vs PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import randomize
+
+from edgessm.deploy.onnx_export import NPU_FRIENDLY_OPS, export_onnx
+from edgessm.nets import build_network
+from edgessm.ssm import CentaurusBlock, StreamSequential
+
+SMALL = {"channels": [4, 8, 16], "states": [4, 8, 16], "kinds": ["full", "bottleneck", "pointwise"], "pools": [4, 4, 4]}
+
+
+def _signal(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (0.3 * rng.normal(size=n)).astype(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["depthwise", "pointwise", "bottleneck", "full"])
+@pytest.mark.parametrize("chunk", [1, 160])
+def test_every_block_kind_exports_exactly(kind: str, chunk: int, tmp_path) -> None:
+    torch.manual_seed(0)
+    blocks = CentaurusBlock(kind, 1, 4, 8, pre_conv=0), CentaurusBlock(kind, 4, 4, 8, pre_conv=4)
+    net = randomize(StreamSequential(*blocks), dynamics=False)
+    report = export_onnx(net, tmp_path / "g.onnx", chunk, {"task": "test"}, [_signal(chunk * (4000 // chunk))])
+    assert report.max_abs_error < 1e-4
+    assert not report.unfriendly_ops, report.unfriendly_ops
+    assert "DFT" not in report.op_census and "Loop" not in report.op_census and "Einsum" not in report.op_census
+
+
+@pytest.mark.parametrize("chunk", [64, 256, 1024])
+def test_keyword_spotter_exports_at_several_chunk_sizes(chunk: int, tmp_path) -> None:
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1)
+    report = export_onnx(net, tmp_path / "kws.onnx", chunk, {"task": "kws", "labels": ["a", "b"]}, [_signal(64 * 96)])
+    assert report.max_abs_error < 1e-4
+    proto = onnx.load(str(tmp_path / "kws.onnx"))
+    meta = {p.key: p.value for p in proto.metadata_props}
+    assert meta["chunk"] == str(chunk) and meta["stride"] == "64" and meta["task"] == "kws"
+    assert len(proto.graph.input) == 1 + len(net.state_shapes())
+    assert all(d.dim_value > 0 for i in proto.graph.input for d in i.type.tensor_type.shape.dim)  # static shapes
+    assert set(report.op_census) <= NPU_FRIENDLY_OPS
+
+
+def test_denoiser_and_recognizer_export(tmp_path) -> None:
+    torch.manual_seed(0)
+    den = randomize(build_network("denoise", **SMALL, bottleneck_states=8, n_bottleneck=1), seed=2)
+    assert export_onnx(den, tmp_path / "d.onnx", 128, {"task": "denoise"}, [_signal(64 * 60)]).max_abs_error < 1e-4
+    asr = randomize(build_network("asr", **{**SMALL, "pools": [4, 4, 20]}), seed=3)
+    assert export_onnx(asr, tmp_path / "a.onnx", 320, {"task": "asr"}, [_signal(320 * 20)]).max_abs_error < 1e-4
+
+
+def test_export_refuses_bad_chunks_and_mismatches(tmp_path) -> None:
+    net = build_network("kws", **SMALL, window=12)
+    with pytest.raises(ValueError, match="multiple of the network's total stride 64"):
+        export_onnx(net, tmp_path / "x.onnx", 100)
+    with pytest.raises(RuntimeError, match="disagrees"):
+        export_onnx(net, tmp_path / "x.onnx", 64, verify_inputs=[_signal(64 * 10)], tolerance=-1.0)
+    assert not (tmp_path / "x.onnx").exists()  # nothing written when verification fails
