@@ -18,6 +18,12 @@ def _bench(args: argparse.Namespace) -> int:
     return run(args.name, args.rest)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from edgessm.deploy.cli import run
+
+    return run(args)
+
+
 def _train(args: argparse.Namespace) -> int:
     from edgessm.train.cli import run
 
@@ -26,6 +32,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from edgessm.bench import BENCHMARKS
+    from edgessm.deploy.cli import add_arguments as export_arguments
     from edgessm.train.cli import add_arguments as train_arguments
 
     ap = argparse.ArgumentParser(prog="edgessm", description="Streaming state-space models for speech on the edge.")
@@ -38,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a model (shipped recipe or your config) on CPU or GPUs")
     train_arguments(t)
     t.set_defaults(func=_train)
+    e = sub.add_parser("export", help="write and verify the stepwise ONNX graph of a trained model")
+    export_arguments(e)
+    e.set_defaults(func=_export)
     return ap
 
 

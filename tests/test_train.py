@@ -205,3 +205,17 @@ def test_shipped_recipes_are_valid(name: str) -> None:
     settings = _resolve(cfg.augment)
     cls = augment.DenoiseAugmentConfig if name == "denoise" else augment.KwsAugmentConfig
     assert augment.config_from_dict(cls, settings) is not None
+
+
+def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, capsys) -> None:
+    from edgessm.cli import main
+    from edgessm.runtime import StepModel
+
+    run = tmp_path / "run"
+    Trainer(kws_config(sc_folder, steps=3), run, device="cpu", progress=False).fit()
+    assert main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "32"]) == 0
+    assert "max abs error" in capsys.readouterr().out
+    model = StepModel(tmp_path / "graph" / "run.onnx")
+    assert model.info.task == "kws" and model.info.labels[-2:] == ["_unknown_", "_silence_"]
+    with pytest.raises(SystemExit, match="multiple of the network's total stride"):
+        main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "30"])
