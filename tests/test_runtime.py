@@ -90,3 +90,22 @@ def test_missing_or_foreign_graph_is_a_clear_error(tmp_path) -> None:
     onnx.save(m, tmp_path / "foreign.onnx")
     with pytest.raises(ValueError, match="not an edgessm stepwise graph"):
         StepModel(tmp_path / "foreign.onnx")
+
+
+def test_export_kit_runner_streams_a_wav(kws_graph, tmp_path) -> None:
+    from pathlib import Path
+
+    from edgessm.data.audio import write_audio
+
+    net, path = kws_graph
+    x = (0.3 * np.random.default_rng(3).normal(size=128 * 20 + 50)).astype(np.float32)
+    write_audio(tmp_path / "in.wav", x, 16000)
+    runner = Path(__file__).resolve().parents[1] / "export" / "stream_wav.py"
+    subprocess.run([sys.executable, str(runner), str(path), str(tmp_path / "in.wav"), "--out", str(tmp_path / "o.npy")],
+                   check=True, capture_output=True)  # fmt: skip
+    out = np.load(tmp_path / "o.npy")
+    x16 = np.round(np.clip(x, -1, 1) * 32767) / 32768.0  # what the PCM16 file holds
+    x16 = np.concatenate([x16, np.zeros(-len(x16) % 128)]).astype(np.float32)
+    with torch.no_grad():
+        ref = parallel_output(net, torch.from_numpy(x16).view(1, 1, -1))[0].numpy()
+    assert out.shape == ref.shape and np.abs(out - ref).max() < 1e-3
