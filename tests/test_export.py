@@ -61,3 +61,29 @@ def test_export_refuses_bad_chunks_and_mismatches(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="disagrees"):
         export_onnx(net, tmp_path / "x.onnx", 64, verify_inputs=[_signal(64 * 10)], tolerance=-1.0)
     assert not (tmp_path / "x.onnx").exists()  # nothing written when verification fails
+
+
+def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
+    import onnxruntime as ort
+
+    from edgessm.deploy.onnx_export import run_stream
+    from edgessm.deploy.quantize import quantize_int8, state_path_nodes
+
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
+    export_onnx(net, tmp_path / "f.onnx", 128, {"task": "kws"})
+    audio = [_signal(128 * 40, seed=s) for s in range(3)]
+    kept = quantize_int8(tmp_path / "f.onnx", tmp_path / "q.onnx", audio)
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    assert {p.key: p.value for p in q.metadata_props}["quantization"].startswith("int8")
+    state_inputs = {i.name for i in q.graph.input if i.name.startswith("in.")}
+    readers = [n for n in q.graph.node if state_inputs & set(n.input)]
+    assert readers and not any(n.op_type == "QuantizeLinear" for n in readers)  # state stays float
+    assert set(kept) == set(state_path_nodes(onnx.load(str(tmp_path / "f.onnx"))))
+    assert any(n.op_type == "DequantizeLinear" for n in q.graph.node)
+    x = _signal(128 * 30, seed=9)
+    sf = ort.InferenceSession(str(tmp_path / "f.onnx"), providers=["CPUExecutionProvider"])
+    sq = ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])
+    f, i8 = run_stream(sf, x, 128), run_stream(sq, x, 128)
+    assert f.shape == i8.shape and np.isfinite(i8).all()
+    assert np.corrcoef(f.ravel(), i8.ravel())[0, 1] > 0.9
