@@ -87,3 +87,13 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     f, i8 = run_stream(sf, x, 128), run_stream(sq, x, 128)
     assert f.shape == i8.shape and np.isfinite(i8).all()
     assert np.corrcoef(f.ravel(), i8.ravel())[0, 1] > 0.9
+
+
+def test_openvino_runs_the_same_graph(tmp_path) -> None:
+    pytest.importorskip("openvino", reason="openvino is part of the training/export extra")
+    from edgessm.deploy.portability import compare_runtimes
+
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
+    export_onnx(net, tmp_path / "f.onnx", 128, {"task": "kws"})
+    assert compare_runtimes(tmp_path / "f.onnx", _signal(128 * 30)) < 1e-4
