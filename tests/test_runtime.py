@@ -109,3 +109,14 @@ def test_export_kit_runner_streams_a_wav(kws_graph, tmp_path) -> None:
     with torch.no_grad():
         ref = parallel_output(net, torch.from_numpy(x16).view(1, 1, -1))[0].numpy()
     assert out.shape == ref.shape and np.abs(out - ref).max() < 1e-3
+
+
+def test_model_benchmark_reports_rtf_latency_memory(kws_graph, capsys) -> None:
+    from edgessm.bench.models import main
+
+    _, path = kws_graph
+    assert main([str(path), "--seconds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "RTF" in out and path.name in out
+    code = "import sys, edgessm.bench.models; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -3,13 +3,14 @@
 ``python -m edgessm.bench NAME [options]`` or ``edgessm bench NAME [options]``:
 
     fftconv   forward+backward of a bottleneck SSM block: chosen contraction order vs naive vs scan
+    models    exported graphs: params, FLOPs/s, real-time factor, chunk latency, peak memory (no torch)
 """
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = {"fftconv": "edgessm.bench.fftconv"}
+BENCHMARKS = {"fftconv": "edgessm.bench.fftconv", "models": "edgessm.bench.models"}
 
 
 def run(name: str, argv: list[str]) -> int:

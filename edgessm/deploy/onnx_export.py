@@ -106,6 +106,10 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata:
         "states": json.dumps([[name, list(shape)] for name, shape in shapes]),
         "weights_sha256": weights_hash(model),
     }
+    if hasattr(model, "counts"):
+        counts = model.counts()
+        meta["params"] = str(counts.params)
+        meta["flops_per_second"] = str(round(counts.flops * 16000))
     meta.update({k: v if isinstance(v, str) else json.dumps(v) for k, v in (metadata or {}).items()})
     try:
         freeze(model, chunk)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from torch import Tensor, nn
 
 from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
-from edgessm.ssm.stream import State
+from edgessm.ssm.stream import Counts, State
 
 
 @dataclass
@@ -68,3 +68,8 @@ class CtcRecognizer(nn.Module):
         """One chunk ``(B, 1, T)`` (``T`` a multiple of the stride) -> CTC logits ``(B, vocab, T/stride)``."""
         h, state = self.encoder.step(x, state)
         return self.classifier(h), state
+
+    def counts(self) -> Counts:
+        """Inference parameters and FLOPs per input sample (encoder + per-frame classifier)."""
+        c, v = self.cfg.channels[-1], self.cfg.vocab_size
+        return self.encoder.counts() + Counts(c * v, 2.0 * c * v / self.stride)

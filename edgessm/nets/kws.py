@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
-from edgessm.ssm.stream import State
+from edgessm.ssm.stream import Counts, State
 
 
 @dataclass
@@ -111,3 +111,9 @@ class KeywordSpotter(nn.Module):
         """Clip logits ``(B, classes)``: the head at the last frame."""
         h = self.pooled(self.frames(x))[..., -1]
         return self.head(h)
+
+    def counts(self) -> Counts:
+        """Inference parameters and FLOPs per input sample (backbone + per-frame head, App. D conventions)."""
+        c, k = self.cfg.channels[-1], self.cfg.num_classes
+        head = Counts(c * c + c * k, (2.0 * c * c + 2.0 * c * k) / self.stride)
+        return self.backbone.counts() + head

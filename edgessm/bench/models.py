@@ -1,0 +1,122 @@
+"""Inference benchmark of exported graphs (torch-free): size, analytic compute, real-time factor,
+per-chunk latency and peak memory, fp32 and int8 side by side, measured in one run.
+
+    python -m edgessm.bench models models/kws35/kws35.onnx models/kws35/kws35.int8.onnx
+    edgessm bench models kws35            # every graph of a shipped model
+
+Each graph runs in its own child process (so peak memory is its own), single-threaded, on
+``--seconds`` of audio streamed chunk by chunk after a short warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from pathlib import Path
+
+MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+
+
+def _measure(path: str, seconds: float, threads: int, queue) -> None:
+    import resource
+
+    import numpy as np
+    import onnxruntime as ort
+
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    meta = sess.get_modelmeta().custom_metadata_map
+    inputs = sess.get_inputs()
+    chunk, rate = int(meta["chunk"]), int(meta.get("sample_rate", 16000))
+    rng = np.random.default_rng(0)
+    x = (0.1 * rng.normal(size=int(seconds * rate) // chunk * chunk)).astype(np.float32)
+    state = [np.zeros(i.shape, np.float32) for i in inputs[1:]]
+    names = [i.name for i in inputs]
+    lat = []
+    for k, pos in enumerate(range(0, len(x), chunk)):
+        feed = dict(zip(names, [x[pos : pos + chunk].reshape(1, 1, chunk), *state], strict=True))
+        t0 = time.perf_counter()
+        out = sess.run(None, feed)
+        dt = time.perf_counter() - t0
+        state = out[1:]
+        if k >= 10:  # warm-up
+            lat.append(dt)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    audio_s = len(lat) * chunk / rate
+    queue.put({
+        "graph": path,
+        "task": meta.get("task", ""),
+        "chunk": chunk,
+        "params": int(meta["params"]) if "params" in meta else None,
+        "mflops_per_s": int(meta["flops_per_second"]) / 1e6 if "flops_per_second" in meta else None,
+        "rtf": sum(lat) / audio_s,
+        "latency_ms_median": 1e3 * statistics.median(lat),
+        "latency_ms_p99": 1e3 * sorted(lat)[int(0.99 * (len(lat) - 1))],
+        "peak_mb": peak / 1024,
+        "session_mb": (peak - base) / 1024,
+        "int8": "quantization" in meta,
+    })  # fmt: skip
+
+
+def measure(path: str | Path, seconds: float = 30.0, threads: int = 1) -> dict:
+    """Benchmark one graph in a fresh process; returns its numbers."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_measure, args=(str(path), seconds, threads, queue))
+    proc.start()
+    result = queue.get(timeout=600)
+    proc.join()
+    return result
+
+
+def resolve(items: list[str]) -> list[Path]:
+    """Graph paths from paths or shipped model names (all ``*.onnx`` of ``models/<name>/``)."""
+    out: list[Path] = []
+    for item in items:
+        p = Path(item)
+        if p.is_file():
+            out.append(p)
+        elif (MODELS_DIR / item).is_dir():
+            out += sorted((MODELS_DIR / item).glob("*.onnx"))
+        else:
+            raise SystemExit(f"{item!r} is neither an .onnx file nor a shipped model in {MODELS_DIR}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m edgessm.bench models", description=__doc__.split("\n\n")[0])
+    ap.add_argument("graphs", nargs="*", help=".onnx files or shipped model names (default: every shipped model)")
+    ap.add_argument("--seconds", type=float, default=30.0, help="audio streamed per graph")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+    items = args.graphs or sorted(d.name for d in MODELS_DIR.iterdir() if d.is_dir() and any(d.glob("*.onnx")))
+    graphs = resolve(items)
+    if not graphs:
+        raise SystemExit("no graphs to benchmark: name .onnx files or shipped models")
+    results = []
+    for g in graphs:
+        print(f"  measuring {g}", file=sys.stderr, flush=True)
+        results.append(measure(g, args.seconds, args.threads))
+    head = (
+        f"{'graph':<34} {'params':>8} {'MFLOP/s':>8} {'chunk':>6} {'RTF':>8}"
+        f" {'lat med ms':>10} {'lat p99 ms':>10} {'peak MB':>8}"
+    )
+    print(f"# {args.threads} thread(s), {args.seconds:.0f} s of audio per graph")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        params = "-" if r["params"] is None else f"{r['params']:,}"
+        mflops = "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}"
+        print(f"{Path(r['graph']).name:<34} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
+              f"{r['latency_ms_median']:>10.3f} {r['latency_ms_p99']:>10.3f} {r['peak_mb']:>8.0f}")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
