@@ -114,9 +114,9 @@ def test_zero_length_chunk_is_a_no_op() -> None:
 def test_state_is_real_and_named() -> None:
     layer = FullSSM(2, 3, 4)
     shapes = layer.state_shapes()
-    assert [name for name, _ in shapes] == ["re", "im"]
+    assert [name for name, _ in shapes] == ["x"]
     assert all(s.dtype == torch.float32 for s in layer.init_state(2))
-    assert layer.init_state(2)[0].shape == (2, 3, 2, 4)
+    assert layer.init_state(2)[0].shape == (2, 3, 2, 8)  # [Re x | Im x] on the last axis
 
 
 def test_unknown_kind_and_plan_are_clear_errors() -> None:

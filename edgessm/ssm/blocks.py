@@ -12,15 +12,17 @@ bottleneck         k_nl = Σ_m E_nm Re(Ā_nm^l)       (N, M)                  pl
 full               k_jil = Σ_n Δ_in E_jin Re(Ā^l)   (H', H, N)              full conv
 =================  ===============================  ======================  ==================
 
-Streaming (``step``) carries each complex state as two real tensors ``(re, im)`` and advances a
-chunk of ``T`` samples at once with the Centaurus decomposition (all real arithmetic):
+Streaming (``step``) carries each group of M complex modes as one real tensor ``[Re x | Im x]``
+(last axis 2M) and advances a chunk of ``T`` samples at once with the Centaurus decomposition:
 
     y[t]   = Σ_modes w · Re(Ā^{t+1} x)  +  (k * u_chunk)[t]          (carried state + in-chunk conv)
     x_new  = Ā^T x + Σ_s Ā^{T-1-s} u'[s]                              (post-update state, eq. 8)
 
 where ``u'`` is the input that drives the mode (``u`` itself, or ``B̄ u``) and ``w`` its readout
-weight. Long chunks are split into sub-chunks of at most ``max_step_chunk`` samples so that the
-``T x T`` in-chunk Toeplitz matrices stay small.
+weight. Both are linear in ``[x | u'_chunk]``, so one real matrix per mode group,
+``W = [[readout, transition], [Toeplitz^T, input]]`` of shape ``(2M + T, T + 2M)``, does the whole
+chunk in a single MatMul: ``[y | x_new] = [x | u'] @ W``. Long chunks are split into sub-chunks of
+at most ``max_step_chunk`` samples so that ``W`` stays small.
 """
 
 from __future__ import annotations
@@ -92,26 +94,23 @@ class SSMLayer(Streamable):
 
     @staticmethod
     def _modal_constants(wr: Tensor, wi: Tensor, weight: Tensor, length: int) -> dict[str, Tensor]:
-        """Powers of Ā a chunk of ``length`` needs, for modes of shape ``S``.
+        """The chunk matrix ``W (*lead, 2M + T, T + 2M)`` for modes ``(*lead, M)`` and ``T = length``.
 
-        ``out_*``: ``Ā^{t+1}`` times the readout weight, ``(*S, T)``;
-        ``in_*``: ``Ā^{T-1-s}``, ``(*S, T)``; ``decay_*``: ``Ā^T``, ``S``;
-        ``toeplitz``: the in-chunk kernel ``Σ_m w Re(Ā^l)`` as a Toeplitz matrix.
+        Rows ``[Re x | Im x | u']``, columns ``[y | Re x_new | Im x_new]``:
+        ``y[t] = Σ_m w_m (Re(Ā^{t+1}) Re x - Im(Ā^{t+1}) Im x) + Σ_s k[t - s] u'[s]`` and
+        ``x_new = Ā^T x + Σ_s Ā^{T-1-s} u'[s]``.
         """
-        dev = wr.device
-        t = torch.arange(length + 1, device=dev)
-        pr, pi = powers(wr, wi, t)  # Ā^0 .. Ā^T
+        t = torch.arange(length + 1, device=wr.device)
+        pr, pi = powers(wr, wi, t)  # Ā^0 .. Ā^T: (*lead, M, T + 1)
         w = weight.expand(wr.shape).unsqueeze(-1)
-        k = modal_kernel(wr, wi, weight, length)
-        return {
-            "out_re": w * pr[..., 1:],
-            "out_im": w * pi[..., 1:],
-            "in_re": pr[..., :-1].flip(-1),
-            "in_im": pi[..., :-1].flip(-1),
-            "decay_re": pr[..., -1],
-            "decay_im": pi[..., -1],
-            "toeplitz": causal_toeplitz(k),
-        }
+        out = torch.cat([w * pr[..., 1:], -w * pi[..., 1:]], dim=-2)  # (*lead, 2M, T)
+        ar, ai = torch.diag_embed(pr[..., -1]), torch.diag_embed(pi[..., -1])  # Ā^T: (*lead, M, M)
+        transition = torch.cat([torch.cat([ar, ai], -1), torch.cat([-ai, ar], -1)], -2)  # (*lead, 2M, 2M)
+        toeplitz = causal_toeplitz(modal_kernel(wr, wi, weight, length))  # [t, s]: (*lead, T, T)
+        inputs = torch.cat([pr[..., :-1].flip(-1), pi[..., :-1].flip(-1)], dim=-2).transpose(-1, -2)  # (*lead, T, 2M)
+        top = torch.cat([out, transition], dim=-1)
+        bottom = torch.cat([toeplitz.transpose(-1, -2), inputs], dim=-1)
+        return {"W": torch.cat([top, bottom], dim=-2)}
 
 
 class DepthwiseSSM(SSMLayer):
@@ -171,22 +170,16 @@ class DepthwiseSSM(SSMLayer):
         return self.mixer[:, :, None] * k[None]
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
-        shape = (self.h_in, self.n_states)
-        return [("re", shape), ("im", shape)]
+        return [("x", (self.h_in, 2 * self.n_states))]
 
     def step_constants(self, length: int) -> dict[str, Tensor]:
         return self._modal_constants(*map(_hi, self._weights()), length)
 
     def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
-        # matmul form (exports as MatMul): per channel i, (1, N) @ (N, T) and (T, T) @ (T, 1)
-        xr, xi = state  # (B, H, N)
-        y = (xr.unsqueeze(2) @ c["out_re"] - xi.unsqueeze(2) @ c["out_im"]).squeeze(2)  # (B, H, T)
-        y = y + (c["toeplitz"] @ u.unsqueeze(-1)).squeeze(-1)
-        ar, ai = c["decay_re"], c["decay_im"]
-        ut = u.unsqueeze(2)  # (B, H, 1, T)
-        new_r = ar * xr - ai * xi + (ut @ c["in_re"].transpose(-1, -2)).squeeze(2)
-        new_i = ai * xr + ar * xi + (ut @ c["in_im"].transpose(-1, -2)).squeeze(2)
-        return self._mix(y), [new_r, new_i]
+        (x,) = state  # (B, H, 2N)
+        t = int(u.shape[-1])
+        r = (torch.cat([x, u], dim=-1).unsqueeze(2) @ c["W"]).squeeze(2)  # (B, H, T + 2N)
+        return self._mix(r[..., :t]), [r[..., t:]]
 
     def counts(self) -> Counts:
         h, j, n = self.h_in, self.h_out, self.n_states
@@ -227,26 +220,18 @@ class FullSSM(SSMLayer):
         return self.kernel(length)
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
-        shape = (self.h_out, self.h_in, self.n_states)
-        return [("re", shape), ("im", shape)]
+        return [("x", (self.h_out, self.h_in, 2 * self.n_states))]
 
     def step_constants(self, length: int) -> dict[str, Tensor]:
         return self._modal_constants(*map(_hi, self._weights()), length)
 
     def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
-        # matmul form: the (i, n) modes of output j are one contraction axis
-        xr, xi = state  # (B, J, I, N)
-        b, j, i, n = xr.shape
-        t = u.shape[-1]
-        out_re, out_im = c["out_re"].reshape(j, i * n, t), c["out_im"].reshape(j, i * n, t)
-        y = (xr.reshape(b, j, 1, i * n) @ out_re - xi.reshape(b, j, 1, i * n) @ out_im).squeeze(2)  # (B, J, T)
-        toep = c["toeplitz"].permute(0, 2, 1, 3).reshape(j, t, i * t)  # (J, T, I*S)
-        y = y + (toep @ u.reshape(b, 1, i * t, 1)).squeeze(-1)
-        ar, ai = c["decay_re"], c["decay_im"]
-        ut = u.reshape(b, 1, i, 1, t)
-        in_r = (ut @ c["in_re"].transpose(-1, -2)).squeeze(3)  # (B, J, I, N)
-        in_i = (ut @ c["in_im"].transpose(-1, -2)).squeeze(3)
-        return y, [ar * xr - ai * xi + in_r, ai * xr + ar * xi + in_i]
+        (x,) = state  # (B, J, I, 2N)
+        t, m2 = int(u.shape[-1]), int(x.shape[-1])
+        w = c["W"]  # the input u_i is shared by every output j: split W instead of repeating u
+        r = x.unsqueeze(3) @ w[..., :m2, :] + u[:, None, :, None, :] @ w[..., m2:, :]  # (B, J, I, 1, T + 2N)
+        r = r.squeeze(3)
+        return r[..., :t].sum(2), [r[..., t:]]
 
     def counts(self) -> Counts:
         h, j, n = self.h_in, self.h_out, self.n_states
@@ -303,8 +288,7 @@ class _ProjectedSSM(SSMLayer):
         return torch.einsum("jn,nl,ni->jil", self.C, self.kernel(length), self.b_bar())
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
-        shape = (self.n_states, self.n_sub)
-        return [("re", shape), ("im", shape)]
+        return [("x", (self.n_states, 2 * self.n_sub))]
 
     def step_constants(self, length: int) -> dict[str, Tensor]:
         wr, wi = self.modes.dtA()
@@ -314,16 +298,11 @@ class _ProjectedSSM(SSMLayer):
         return consts
 
     def advance(self, u: Tensor, state: State, c: dict[str, Tensor]) -> tuple[Tensor, State]:
-        # matmul form: per state n, (1, M) @ (M, T), (T, T) @ (T, 1) and (1, T) @ (T, M)
-        xr, xi = state  # (B, N, M)
+        (x,) = state  # (B, N, 2M)
+        t = int(u.shape[-1])
         v = c["b_bar"] @ u  # u'_n = B̄_ni u_i: (B, N, T)
-        z = (xr.unsqueeze(2) @ c["out_re"] - xi.unsqueeze(2) @ c["out_im"]).squeeze(2)  # (B, N, T)
-        z = z + (c["toeplitz"] @ v.unsqueeze(-1)).squeeze(-1)
-        ar, ai = c["decay_re"], c["decay_im"]
-        vt = v.unsqueeze(2)  # (B, N, 1, T)
-        new_r = ar * xr - ai * xi + (vt @ c["in_re"].transpose(-1, -2)).squeeze(2)
-        new_i = ai * xr + ar * xi + (vt @ c["in_im"].transpose(-1, -2)).squeeze(2)
-        return c["c"] @ z, [new_r, new_i]
+        r = (torch.cat([x, v], dim=-1).unsqueeze(2) @ c["W"]).squeeze(2)  # (B, N, T + 2M)
+        return c["c"] @ r[..., :t], [r[..., t:]]
 
 
 class PointwiseBottleneckSSM(_ProjectedSSM):
