@@ -24,6 +24,12 @@ def _export(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _synth(args: argparse.Namespace) -> int:
+    from edgessm.data.synth.cli import run
+
+    return run(args)
+
+
 def _train(args: argparse.Namespace) -> int:
     from edgessm.train.cli import run
 
@@ -32,6 +38,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from edgessm.bench import BENCHMARKS
+    from edgessm.data.synth.cli import add_arguments as synth_arguments
     from edgessm.deploy.cli import add_arguments as export_arguments
     from edgessm.train.cli import add_arguments as train_arguments
 
@@ -42,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark to run")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help after the name)")
     b.set_defaults(func=_bench)
+    y = sub.add_parser("synth", help="make the offline multi-voice synthetic speech corpus (cached, deterministic)")
+    synth_arguments(y)
+    y.set_defaults(func=_synth)
     t = sub.add_parser("train", help="train a model (shipped recipe or your config) on CPU or GPUs")
     train_arguments(t)
     t.set_defaults(func=_train)

@@ -204,6 +204,8 @@ class KwsTask(Task):
         index = {lab: i for i, lab in enumerate(self.labels)}
         splits: dict[str, list[tuple[Clip, int]]] = {"train": [], "validation": []}
         for clip in load_sources(list(self.data.sources), self.data.words):
+            if not clip.label:  # unlabelled speech (e.g. ASR sentences) is not a keyword example
+                continue
             label = clip.label if clip.label in index else (UNKNOWN if UNKNOWN in index else None)
             if label is None or label == SILENCE:
                 continue
