@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
 from edgessm.ssm.stream import Counts, State
+
+from .backbone import centaurus_backbone
 
 
 @dataclass
@@ -33,22 +34,10 @@ class CtcRecognizer(nn.Module):
 
     def __init__(self, cfg: CtcRecognizerConfig) -> None:
         super().__init__()
-        n = len(cfg.channels)
-        if not (len(cfg.states) == len(cfg.kinds) == len(cfg.pools) == n):
-            raise ValueError("channels, states, kinds and pools must have one entry per block")
         self.cfg = cfg
-        layers = []
-        c_in = 1
-        for i in range(n):
-            layers.append(
-                CentaurusBlock(cfg.kinds[i], c_in, cfg.channels[i], cfg.states[i], cfg.n_sub, skip=i > 0,
-                               dropout=cfg.dropout, pre_conv=cfg.pre_conv if c_in > 1 else 0)
-            )  # fmt: skip
-            if cfg.pools[i] > 1:
-                layers.append(AvgPool(cfg.pools[i]))
-            c_in = cfg.channels[i]
-        self.encoder = StreamSequential(*layers)
-        self.classifier = nn.Conv1d(c_in, cfg.vocab_size, 1)
+        self.encoder = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
+                                        cfg.pre_conv)  # fmt: skip
+        self.classifier = nn.Conv1d(cfg.channels[-1], cfg.vocab_size, 1)
 
     @property
     def stride(self) -> int:

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
 from edgessm.ssm.stream import Counts, State
+
+from .backbone import centaurus_backbone
 
 
 @dataclass
@@ -40,20 +41,9 @@ class KeywordSpotter(nn.Module):
 
     def __init__(self, cfg: KeywordSpotterConfig) -> None:
         super().__init__()
-        n = len(cfg.channels)
-        if not (len(cfg.states) == len(cfg.kinds) == len(cfg.pools) == n):
-            raise ValueError("channels, states, kinds and pools must have one entry per block")
         self.cfg = cfg
-        layers = []
-        c_in = 1
-        for i in range(n):
-            layers.append(
-                CentaurusBlock(cfg.kinds[i], c_in, cfg.channels[i], cfg.states[i], cfg.n_sub, skip=i > 0,
-                               dropout=cfg.dropout, pre_conv=cfg.pre_conv if c_in > 1 else 0)
-            )  # fmt: skip
-            layers.append(AvgPool(cfg.pools[i]))
-            c_in = cfg.channels[i]
-        self.backbone = StreamSequential(*layers)
+        self.backbone = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
+                                        cfg.pre_conv)  # fmt: skip
         c = cfg.channels[-1]
         self.head = nn.Sequential(nn.Linear(c, c), nn.SiLU(), nn.Linear(c, cfg.num_classes))
 

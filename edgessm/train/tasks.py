@@ -99,6 +99,15 @@ def assign_split(clip: Clip, validation_pct: float = 10.0) -> str:
     return "validation" if h < validation_pct * 100 else "train"
 
 
+def data_config(cls, data: dict[str, Any]):
+    """The task's ``[data]`` dataclass from the config table (lists become tuples; unknown keys are errors)."""
+    known = set(cls.__dataclass_fields__)
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown keys in [data] for this task: {sorted(unknown)}; known: {sorted(known)}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
 def _crop_or_place(x: np.ndarray, length: int, rng: np.random.Generator | None) -> np.ndarray:
     """Fit ``x`` into ``length`` samples: a random placement (train) or centred (validation)."""
     out = np.zeros(length, np.float32)
@@ -185,7 +194,7 @@ class KwsTask(Task):
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
-        self.data = KwsData(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.data.items()})
+        self.data = data_config(KwsData, cfg.data)
         labels = list(task_labels(self.data.words))
         if self.data.background:
             labels += [c for c in (UNKNOWN, SILENCE) if c not in labels]
@@ -301,7 +310,7 @@ class DenoiseTask(Task):
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
-        self.data = DenoiseData(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.data.items()})
+        self.data = data_config(DenoiseData, cfg.data)
         self._prepared = False
 
     def _prepare(self) -> None:
@@ -389,7 +398,7 @@ class CtcTask(Task):
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
-        self.data = AsrData(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.data.items()})
+        self.data = data_config(AsrData, cfg.data)
         self.tok = CharTokenizer()
         self._prepared = False
 
