@@ -219,3 +219,36 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     assert model.info.task == "kws" and model.info.labels[-2:] == ["_unknown_", "_silence_"]
     with pytest.raises(SystemExit, match="multiple of the network's total stride"):
         main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "30"])
+
+
+def test_cli_trains_a_clean_and_noise_folder_end_to_end(tmp_path: Path, capsys) -> None:
+    from edgessm.cli import main
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    cfg = tmp_path / "den.toml"
+    cfg.write_text(
+        f"""task = "denoise"
+[model]
+channels = [4, 8]
+states = [4, 8]
+kinds = ["full", "pointwise"]
+pools = [4, 4]
+bottleneck_states = 8
+n_bottleneck = 1
+[data]
+sources = ["folder:{clean}"]
+noise = ["noise:{noise}"]
+segment_samples = 2048
+validation_pct = 50.0
+[augment]
+mask_prob = 0.5
+[train]
+steps = 4
+batch_size = 2
+workers = 0
+"""
+    )
+    out = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
+    assert "si_sdr_improvement" in capsys.readouterr().out
+    assert (out / "model.safetensors").is_file()
