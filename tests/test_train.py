@@ -252,3 +252,27 @@ workers = 0
     assert main(["train", str(cfg), "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
     assert "si_sdr_improvement" in capsys.readouterr().out
     assert (out / "model.safetensors").is_file()
+
+
+def test_sigterm_to_the_whole_process_group_checkpoints_and_resumes(sc_folder: Path, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'task = "kws"\n[model]\nchannels = [4, 8]\nstates = [4, 8]\nkinds = ["full", "pointwise"]\npools = [4, 4]\n'
+        f'[data]\nwords = "sc10"\nsources = ["speech_commands:{sc_folder}"]\nclip_samples = 8192\n'
+        f"[train]\nsteps = 100000\nbatch_size = 4\nworkers = 2\ncheckpoint_every = 1000\n"
+    )
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "edgessm", "train", str(cfg), "--out", str(out), "--device", "cpu",
+                             "--no-progress"], start_new_session=True)  # fmt: skip
+    deadline = time.time() + 120
+    while not (out / "log.csv").exists() and time.time() < deadline:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGTERM)  # as a terminal or a job scheduler would: every process
+    assert proc.wait(timeout=120) == 0
+    state = torch.load(out / "checkpoints" / "last.pt", weights_only=True)
+    assert state["step"] > 0

@@ -206,6 +206,7 @@ class Trainer:
             num_workers=workers,
             collate_fn=self.task.collate,
             generator=torch.Generator(),  # keep the global RNG (dropout) untouched by loader seeding
+            worker_init_fn=_ignore_stop_signals,
             persistent_workers=False,
             prefetch_factor=4 if workers else None,
         )
@@ -318,6 +319,12 @@ class Trainer:
     def _barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
+
+
+def _ignore_stop_signals(worker_id: int) -> None:
+    """Data-loader workers leave Ctrl-C / SIGTERM to the main process, which checkpoints first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 class _Logger:
