@@ -1,0 +1,76 @@
+"""Keyword decisions on a stream of frame logits (torch-free).
+
+Per frame: softmax posteriors, a moving average over ``smooth_frames`` frames, then a keyword
+fires when its smoothed posterior crosses ``threshold`` and no keyword fired within the last
+``refractory_s`` seconds. Background classes (``_silence_``, ``_unknown_``) never fire. The
+reported time is the frame where the smoothed posterior peaked inside the detection window.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+BACKGROUND = ("_silence_", "_unknown_")
+
+
+@dataclass(frozen=True)
+class Detection:
+    label: str
+    time_s: float  # stream time of the frame that fired (end of the frame)
+    score: float  # smoothed posterior
+
+
+@dataclass
+class DecisionConfig:
+    threshold: float = 0.7
+    smooth_frames: int = 4
+    refractory_s: float = 1.0
+    keywords: tuple[str, ...] = ()  # empty: every non-background label
+
+
+class KeywordDecider:
+    """Turns frame logits ``(classes, frames)`` into :class:`Detection` events, chunk after chunk.
+
+    Args:
+        labels: class names in logit order.
+        frame_s: seconds per frame (stride / sample rate).
+        config: threshold, smoothing and refractory period.
+    """
+
+    def __init__(self, labels: list[str], frame_s: float, config: DecisionConfig | None = None) -> None:
+        self.labels = list(labels)
+        self.frame_s = frame_s
+        self.config = config or DecisionConfig()
+        wanted = set(self.config.keywords) or {lab for lab in self.labels if lab not in BACKGROUND}
+        unknown = wanted - set(self.labels)
+        if unknown:
+            raise ValueError(f"keywords {sorted(unknown)} are not labels of this model")
+        self.active = np.array([lab in wanted and lab not in BACKGROUND for lab in self.labels])
+        self.reset()
+
+    def reset(self) -> None:
+        self._window: deque[np.ndarray] = deque(maxlen=max(1, self.config.smooth_frames))
+        self._frames = 0
+        self._last_fire = -np.inf
+
+    def process(self, logits: np.ndarray) -> list[Detection]:
+        """Consume frame logits ``(classes, frames)``; returns the detections they trigger."""
+        logits = np.asarray(logits, np.float64)
+        if logits.ndim != 2 or logits.shape[0] != len(self.labels):
+            raise ValueError(f"expected logits of shape ({len(self.labels)}, frames), got {logits.shape}")
+        probs = np.exp(logits - logits.max(axis=0))
+        probs /= probs.sum(axis=0)
+        events = []
+        for f in range(probs.shape[1]):
+            self._window.append(probs[:, f])
+            self._frames += 1
+            smooth = np.mean(self._window, axis=0)
+            t = self._frames * self.frame_s
+            best = int(np.argmax(np.where(self.active, smooth, -1.0)))
+            if smooth[best] >= self.config.threshold and t - self._last_fire >= self.config.refractory_s:
+                events.append(Detection(self.labels[best], t, float(smooth[best])))
+                self._last_fire = t
+        return events
