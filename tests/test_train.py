@@ -31,6 +31,11 @@ def kws_config(folder: Path, steps: int = 30, **train) -> TrainConfig:
     )  # fmt: skip
 
 
+def _losses_steps(run: Path) -> list[str]:
+    with open(run / "log.csv") as f:
+        return [r["step"] for r in csv.DictReader(f) if r.get("loss")]
+
+
 def _losses(run: Path, column: str = "loss") -> list[float]:
     with open(run / "log.csv") as f:
         return [float(r[column]) for r in csv.DictReader(f) if r.get(column)]
@@ -64,6 +69,8 @@ def test_resume_reaches_the_same_weights(sc_folder: Path, tmp_path: Path) -> Non
     resumed.fit()
     for (name, a), (_, b) in zip(full.model.state_dict().items(), resumed.model.state_dict().items(), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
+    steps = [int(float(s)) for s in _losses_steps(tmp_path / "b")]
+    assert steps == sorted(set(steps))  # the log has each step once, in order
 
 
 def test_refuses_to_overwrite_a_run(sc_folder: Path, tmp_path: Path) -> None:

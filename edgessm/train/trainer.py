@@ -232,7 +232,7 @@ class Trainer:
         train_set = self.task.train_set()
         sampler = StepSampler(len(train_set), cfg.train.batch_size, cfg.train.steps, cfg.train.seed,
                               start_step=self.step, rank=self.rank, world=self.world)  # fmt: skip
-        logger = _Logger(self.out, enabled=self.rank == 0)
+        logger = _Logger(self.out, enabled=self.rank == 0, resume_step=self.step)
         old = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = None
         if self.progress:
@@ -330,10 +330,14 @@ def _ignore_stop_signals(worker_id: int) -> None:
 class _Logger:
     """CSV log (one row per event, union of columns) and TensorBoard scalars when available."""
 
-    def __init__(self, out: Path, enabled: bool) -> None:
+    def __init__(self, out: Path, enabled: bool, resume_step: int = 0) -> None:
         self.enabled = enabled
         self.path = out / "log.csv"
         self.tb = None
+        if enabled and self.path.exists():  # rows an interrupted run logged after its last checkpoint
+            with open(self.path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if int(float(r["step"])) <= resume_step]
+            self._write(rows)
         if enabled:
             with contextlib.suppress(ImportError):
                 from torch.utils.tensorboard import SummaryWriter
@@ -348,17 +352,20 @@ class _Logger:
             with open(self.path, newline="") as f:
                 rows = list(csv.DictReader(f))
         rows.append({k: f"{v:.6g}" if isinstance(v, float) else v for k, v in row.items()})
-        cols = list(dict.fromkeys(k for r in rows for k in r))
+        self._write(rows)
+        if self.tb is not None:
+            for k, v in row.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, int(row["step"]))
+
+    def _write(self, rows: list[dict]) -> None:
+        cols = list(dict.fromkeys(k for r in rows for k in r)) or ["step"]
         tmp = self.path.with_suffix(".tmp")
         with open(tmp, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols)
             w.writeheader()
             w.writerows(rows)
         os.replace(tmp, self.path)
-        if self.tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, int | float):
-                    self.tb.add_scalar(k, v, int(row["step"]))
 
     def close(self) -> None:
         if self.tb is not None:
