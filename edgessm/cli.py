@@ -30,6 +30,12 @@ def _synth(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _listen(args: argparse.Namespace) -> int:
+    from edgessm.runtime.listen import run
+
+    return run(args)
+
+
 def _train(args: argparse.Namespace) -> int:
     from edgessm.train.cli import run
 
@@ -40,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     from edgessm.bench import BENCHMARKS
     from edgessm.data.synth.cli import add_arguments as synth_arguments
     from edgessm.deploy.cli import add_arguments as export_arguments
+    from edgessm.runtime.listen import add_arguments as listen_arguments
     from edgessm.train.cli import add_arguments as train_arguments
 
     ap = argparse.ArgumentParser(prog="edgessm", description="Streaming state-space models for speech on the edge.")
@@ -49,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", choices=sorted(BENCHMARKS), help="benchmark to run")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="options of that benchmark (see --help after the name)")
     b.set_defaults(func=_bench)
+    li = sub.add_parser("listen", help="live keyword spotting from the microphone or a file (no torch)")
+    listen_arguments(li)
+    li.set_defaults(func=_listen)
     y = sub.add_parser("synth", help="make the offline multi-voice synthetic speech corpus (cached, deterministic)")
     synth_arguments(y)
     y.set_defaults(func=_synth)

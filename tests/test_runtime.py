@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -120,3 +121,38 @@ def test_model_benchmark_reports_rtf_latency_memory(kws_graph, capsys) -> None:
     assert "RTF" in out and path.name in out
     code = "import sys, edgessm.bench.models; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_listen_on_a_file_prints_detections_without_torch(kws_graph, tmp_path) -> None:
+    from edgessm.data.audio import write_audio
+
+    _, path = kws_graph
+    x = (0.3 * np.random.default_rng(5).normal(size=16000 * 3)).astype(np.float32)
+    write_audio(tmp_path / "in.wav", x, 22050)  # not the model's rate: the stream resamples
+    code = (
+        "import sys\n"
+        "from edgessm.cli import main\n"
+        f"rc = main(['listen', '--model', {str(path)!r}, '--input', {str(tmp_path / 'in.wav')!r}, '--threshold', '0',"
+        " '--refractory', '0.5', '--json'])\n"
+        "assert rc == 0 and 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    import json
+
+    events = [json.loads(line) for line in out.splitlines()]
+    times = [e["time_s"] for e in events]
+    assert events and all(e["keyword"].startswith("w") for e in events)
+    assert all(b - a >= 0.5 - 1e-9 for a, b in itertools.pairwise(times))
+    assert times[-1] <= 3.2
+
+
+def test_listen_refuses_a_non_keyword_model(tmp_path) -> None:
+    from edgessm.cli import main
+
+    torch.manual_seed(0)
+    net = build_network("asr", **{**SMALL, "pools": [4, 4, 20]})
+    export_onnx(net, tmp_path / "asr.onnx", 320, {"task": "asr"})
+    with pytest.raises(SystemExit, match="not a keyword spotter"):
+        main(["listen", "--model", str(tmp_path / "asr.onnx"), "--input", "x.wav"])
+    with pytest.raises(SystemExit, match="no model 'nope'"):
+        main(["listen", "--model", "nope", "--input", "x.wav"])
