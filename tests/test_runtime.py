@@ -156,3 +156,11 @@ def test_listen_refuses_a_non_keyword_model(tmp_path) -> None:
         main(["listen", "--model", str(tmp_path / "asr.onnx"), "--input", "x.wav"])
     with pytest.raises(SystemExit, match="no model 'nope'"):
         main(["listen", "--model", "nope", "--input", "x.wav"])
+
+
+def test_edgessm_bench_takes_graphs_directly(kws_graph, capsys) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    assert main(["bench", str(path), "--seconds", "1"]) == 0
+    assert "RTF" in capsys.readouterr().out

@@ -3,6 +3,7 @@ stored as int16 in one flat buffer (shared copy-on-write by data-loader workers)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -38,7 +39,7 @@ class AudioStore:
 
         with ThreadPoolExecutor(workers) as pool:
             it = pool.map(load, paths)
-            if progress:
+            if progress and sys.stderr.isatty():
                 from tqdm import tqdm
 
                 it = tqdm(it, total=len(paths), desc="decoding audio", unit="clip", leave=False)
