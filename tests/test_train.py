@@ -226,6 +226,9 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     assert model.info.task == "kws" and model.info.labels[-2:] == ["_unknown_", "_silence_"]
     with pytest.raises(SystemExit, match="multiple of the network's total stride"):
         main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "30"])
+    # a run's checkpoint exports too (an unfinished run has no model.safetensors yet)
+    assert main(["export", str(run), "--out", str(tmp_path / "ck"), "--checkpoint", "last", "--chunk", "32"]) == 0
+    assert StepModel(tmp_path / "ck" / "run.onnx").info.labels == model.info.labels
 
 
 def test_cli_trains_a_clean_and_noise_folder_end_to_end(tmp_path: Path, capsys) -> None:

@@ -17,6 +17,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--chunk", type=int, help="samples per graph call (a multiple of the total stride; default: the stride)"
     )
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max abs error allowed against PyTorch")
+    ap.add_argument(
+        "--checkpoint", choices=["best", "last"], help="export a run's checkpoint instead of its final weights"
+    )
 
 
 def verification_audio(seconds: float = 8.0) -> list:
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from .onnx_export import export_onnx, model_stride
 
     try:
-        net, desc = load_trained(args.model)
+        net, desc = load_trained(args.model, args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
     stride = model_stride(net)

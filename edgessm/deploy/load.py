@@ -29,11 +29,32 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
     raise FileNotFoundError(f"{name_or_path!r} is neither a model folder nor a shipped model in {MODELS_DIR}")
 
 
-def load_trained(name_or_path: str | os.PathLike) -> tuple[nn.Module, dict[str, Any]]:
-    """``(network in eval mode, description)`` from a folder with model.json + model.safetensors."""
+def load_checkpoint(run: Path, which: str) -> tuple[nn.Module, dict[str, Any]]:
+    """``(network, description)`` from ``run/checkpoints/<which>.pt`` of a training run (finished or not)."""
+    import torch
+
+    from edgessm.train.config import TrainConfig
+    from edgessm.train.tasks import build_task
+
+    ckpt = run / "checkpoints" / f"{which}.pt"
+    if not ckpt.is_file():
+        raise FileNotFoundError(f"{ckpt} not found (checkpoints: best, last)")
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    task = build_task(TrainConfig.from_dict(json.loads(state["config"])))
+    desc = {**task.describe(), "checkpoint": f"{which}.pt", "step": int(state["step"])}
+    net = build_network(desc["network"], **desc["config"])
+    net.load_state_dict(state["model"])
+    return net.eval(), desc
+
+
+def load_trained(name_or_path: str | os.PathLike, checkpoint: str | None = None) -> tuple[nn.Module, dict[str, Any]]:
+    """``(network in eval mode, description)`` from a folder with model.json + model.safetensors,
+    or from a run's ``checkpoint`` (``best`` / ``last``)."""
     from safetensors.torch import load_file
 
     d = resolve_model_dir(name_or_path)
+    if checkpoint:
+        return load_checkpoint(d, checkpoint)
     desc_path, weights = d / "model.json", d / "model.safetensors"
     for f in (desc_path, weights):
         if not f.is_file():
