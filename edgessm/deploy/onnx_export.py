@@ -121,7 +121,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata:
             warnings.simplefilter("ignore")
             raw = Path(tmp) / "raw.onnx"
             torch.onnx.export(
-                StepGraph(model),
+                StepGraph(model).eval(),  # the exporter restores the wrapper's mode afterwards: make it eval
                 (audio, *states),
                 str(raw),
                 input_names=in_names,
@@ -133,6 +133,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata:
             proto = onnx.load(str(raw))
     finally:
         unfreeze(model)
+        model.eval()
     proto.ir_version = min(proto.ir_version, 10)  # onnxruntime builds reject IR versions newer than they know
     del proto.metadata_props[:]
     for k, v in meta.items():
@@ -173,6 +174,7 @@ def verify(model: nn.Module, onnx_bytes: bytes, chunk: int, x: np.ndarray) -> fl
     import onnxruntime as ort
 
     x = np.asarray(x, np.float32)[: len(x) - len(x) % chunk]
+    model.eval()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     session = ort.InferenceSession(onnx_bytes, opts, providers=["CPUExecutionProvider"])
