@@ -140,7 +140,7 @@ def test_listen_on_a_file_prints_detections_without_torch(kws_graph, tmp_path) -
     import json
 
     events = [json.loads(line) for line in out.splitlines()]
-    times = [e["time_s"] for e in events]
+    times = [e["time"] for e in events]
     assert events and all(e["keyword"].startswith("w") for e in events)
     assert all(b - a >= 0.5 - 1e-9 for a, b in itertools.pairwise(times))
     assert times[-1] <= 3.2

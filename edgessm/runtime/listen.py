@@ -22,7 +22,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threshold", type=float, default=0.7, help="smoothed posterior needed to fire (0..1)")
     ap.add_argument("--smooth", type=int, default=4, help="frames of posterior smoothing")
     ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
-    ap.add_argument("--keywords", nargs="+", help="only these words (default: all)")
+    ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="one JSON object per detection")
@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     info = model.info
     if info.task != "kws" or not info.labels:
         raise SystemExit(f"edgessm listen: {args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
-    cfg = DecisionConfig(args.threshold, args.smooth, args.refractory, tuple(args.keywords or ()))
+    keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
+    cfg = DecisionConfig(args.threshold, args.smooth, args.refractory, keywords)
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:
