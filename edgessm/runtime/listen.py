@@ -30,9 +30,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 def _print(det, as_json: bool) -> None:
     if as_json:
-        print(
-            json.dumps({"keyword": det.label, "time_s": round(det.time_s, 3), "score": round(det.score, 3)}), flush=True
-        )
+        # "time": seconds from the start of the stream at which the word's decision frame ended
+        event = {"keyword": det.label, "time": round(det.time_s, 3), "score": round(det.score, 3)}
+        print(json.dumps(event), flush=True)
     else:
         print(f"{det.time_s:8.2f} s  {det.label:<10} {det.score:.2f}", flush=True)
 
