@@ -10,13 +10,19 @@ import argparse
 import json
 import queue
 import sys
+import time
 
 import numpy as np
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="kws35", help="shipped model name or path to a keyword-spotting .onnx graph")
-    ap.add_argument("--input", default="mic", help="'mic' (default) or an audio file")
+    ap.add_argument("--input", default="mic", help="'mic' (default), an audio file, or '-' for raw PCM on stdin")
+    ap.add_argument(
+        "--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (16-bit little-endian mono)"
+    )
+    ap.add_argument("--fast", action="store_true", help="process a file as fast as possible instead of in real time")
+    ap.add_argument("--record", metavar="WAV", help="save exactly the 16 kHz audio the model heard")
     ap.add_argument("--device", help="input device (name or index) for the microphone; see --list-devices")
     ap.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
     ap.add_argument("--threshold", type=float, default=0.7, help="smoothed posterior needed to fire (0..1)")
@@ -69,18 +75,42 @@ def run(args: argparse.Namespace) -> int:
             for det in decider.process(logits):
                 _print(det, args.json)
 
+    heard: list[np.ndarray] = []
+    if args.record:
+        stream.on_audio = heard.append
+
+    def finish() -> int:
+        stream.flush()
+        drain()
+        if args.record:
+            from edgessm.data.audio import write_audio
+
+            audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
+            write_audio(args.record, audio[: stream.samples_in], info.sample_rate)
+            print(f"recorded {stream.samples_in / info.sample_rate:.2f} s to {args.record}", file=sys.stderr)
+        return 0
+
+    if args.input == "-":  # raw PCM16 on stdin, 100 ms at a time
+        block = max(1, args.rate // 10) * 2
+        while data := sys.stdin.buffer.read(block):
+            pcm = np.frombuffer(data[: len(data) - len(data) % 2], dtype="<i2").astype(np.float32) / 32768.0
+            stream.accept_waveform(args.rate, pcm)
+            drain()
+        return finish()
+
     if args.input != "mic":
         try:
             audio, rate = load_audio(args.input, sr=None)
         except AudioError as e:
             raise SystemExit(f"edgessm listen: {e}") from None
         block = max(1, rate // 10)  # feed 100 ms at a time, as a microphone would
+        start = time.monotonic()
         for pos in range(0, len(audio), block):
+            if not args.fast:  # pace the file like a live microphone
+                time.sleep(max(0.0, start + pos / rate - time.monotonic()))
             stream.accept_waveform(rate, audio[pos : pos + block])
             drain()
-        stream.flush()
-        drain()
-        return 0
+        return finish()
 
     import sounddevice as sd
 
@@ -100,4 +130,4 @@ def run(args: argparse.Namespace) -> int:
                 drain()
         except KeyboardInterrupt:
             print("", file=sys.stderr)
-    return 0
+    return finish()

@@ -101,6 +101,8 @@ class Stream:
         self.model = model
         self.reset()
 
+    on_audio = None  # optional callable receiving every block of graph-rate audio fed to the model
+
     def reset(self) -> None:
         self.state = self.model.initial_state()
         self._buf = np.zeros(0, np.float32)
@@ -128,6 +130,8 @@ class Stream:
         self._append(x)
 
     def _append(self, x: np.ndarray) -> None:
+        if self.on_audio is not None and len(x):
+            self.on_audio(x)
         self.samples_in += len(x)
         self._buf = np.concatenate([self._buf, x]) if len(self._buf) else x
         chunk = self.model.info.chunk
