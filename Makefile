@@ -12,9 +12,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 KEY := $(shell sha256sum constraints.txt | cut -c1-16)
 VENV ?= $(HOME)/.cache/edgessm/venv-$(KEY)
 # Debian packages: PortAudio for the microphone path (sounddevice), libsndfile for soundfile, and
-# the offline TTS engines of the synthetic speech corpus (espeak-ng, flite, festival + voices).
+# the offline TTS engines of the synthetic speech corpus (espeak-ng, flite, festival + voices), and
+# PulseAudio for the microphone test (a virtual source fed by a wav file).
 SYSTEM_PACKAGES := libportaudio2 libsndfile1 espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k \
-	festvox-us-slt-hts
+	festvox-us-slt-hts pulseaudio pulseaudio-utils libasound2-plugins
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # pip warns once per unreachable optional index a machine may configure; keep the log readable
 QUIET_PIP := sed -u '/^WARNING: Location .* is ignored/d'

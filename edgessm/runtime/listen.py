@@ -23,6 +23,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--fast", action="store_true", help="process a file as fast as possible instead of in real time")
     ap.add_argument("--record", metavar="WAV", help="save exactly the 16 kHz audio the model heard")
+    ap.add_argument("--duration", type=float, help="stop listening to the microphone after this many seconds")
     ap.add_argument("--device", help="input device (name or index) for the microphone; see --list-devices")
     ap.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
     ap.add_argument("--threshold", type=float, default=0.7, help="smoothed posterior needed to fire (0..1)")
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     with sd.InputStream(device=args.device, channels=1, samplerate=rate, dtype="float32", blocksize=rate // 20,
                         callback=lambda data, frames, t, status: blocks.put(data[:, 0].copy())):  # fmt: skip
         try:
-            while True:
+            start = time.monotonic()
+            while args.duration is None or time.monotonic() - start < args.duration:
                 stream.accept_waveform(rate, blocks.get())
                 drain()
         except KeyboardInterrupt:
