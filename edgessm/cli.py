@@ -1,15 +1,24 @@
 """The ``edgessm`` command: one subcommand per user verb, thin wrappers over the library.
 
-Heavy imports (torch, onnxruntime) happen inside the subcommand that needs them, so
-``edgessm --help`` and the inference commands stay light.
+Each verb lives in a module with ``add_arguments(parser)`` and ``run(args) -> int``; heavy imports
+(torch, onnxruntime) happen inside ``run``, so ``edgessm --help`` and the inference verbs stay light.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from edgessm import __version__
+
+# verb -> (module with add_arguments/run, help)
+COMMANDS = {
+    "listen": ("edgessm.runtime.listen", "live keyword spotting from the microphone or a file (no torch)"),
+    "synth": ("edgessm.data.synth.cli", "make the offline multi-voice synthetic speech corpus (cached, deterministic)"),
+    "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
+    "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),
+}
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -21,40 +30,17 @@ def _bench(args: argparse.Namespace) -> int:
     return run("models", [args.name, *args.rest] if args.name else args.rest)
 
 
-def _export(args: argparse.Namespace) -> int:
-    from edgessm.deploy.cli import run
-
-    return run(args)
-
-
-def _synth(args: argparse.Namespace) -> int:
-    from edgessm.data.synth.cli import run
-
-    return run(args)
-
-
-def _listen(args: argparse.Namespace) -> int:
-    from edgessm.runtime.listen import run
-
-    return run(args)
-
-
-def _train(args: argparse.Namespace) -> int:
-    from edgessm.train.cli import run
-
-    return run(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from edgessm.bench import BENCHMARKS
-    from edgessm.data.synth.cli import add_arguments as synth_arguments
-    from edgessm.deploy.cli import add_arguments as export_arguments
-    from edgessm.runtime.listen import add_arguments as listen_arguments
-    from edgessm.train.cli import add_arguments as train_arguments
 
     ap = argparse.ArgumentParser(prog="edgessm", description="Streaming state-space models for speech on the edge.")
     ap.add_argument("--version", action="version", version=f"edgessm {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    for verb, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(verb, help=help_text)
+        module.add_arguments(p)
+        p.set_defaults(func=module.run)
     b = sub.add_parser(
         "bench",
         help="benchmarks: edgessm bench [MODEL|GRAPH ...] (inference), edgessm bench fftconv (training)",
@@ -63,18 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("name", nargs="?", help=f"a benchmark ({', '.join(sorted(BENCHMARKS))}) or a model/graph")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="more models, or the benchmark's options")
     b.set_defaults(func=_bench)
-    li = sub.add_parser("listen", help="live keyword spotting from the microphone or a file (no torch)")
-    listen_arguments(li)
-    li.set_defaults(func=_listen)
-    y = sub.add_parser("synth", help="make the offline multi-voice synthetic speech corpus (cached, deterministic)")
-    synth_arguments(y)
-    y.set_defaults(func=_synth)
-    t = sub.add_parser("train", help="train a model (shipped recipe or your config) on CPU or GPUs")
-    train_arguments(t)
-    t.set_defaults(func=_train)
-    e = sub.add_parser("export", help="write and verify the stepwise ONNX graph of a trained model")
-    export_arguments(e)
-    e.set_defaults(func=_export)
     return ap
 
 
