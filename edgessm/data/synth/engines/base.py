@@ -111,6 +111,15 @@ def run_tool(cmd: Sequence[str], timeout: float = 120.0, input_text: str | None 
     return proc.stdout
 
 
+def render_file(cmd: Sequence[str], out: Path, timeout: float = 60.0) -> SynthResult:
+    """Run a command-line synthesizer that writes ``out`` and read it back (failures are returned, not raised)."""
+    try:
+        run_tool(cmd, timeout=timeout)
+        return read_wav(out)
+    except EngineError as e:
+        return e
+
+
 def read_wav(path: Path) -> tuple[np.ndarray, int]:
     """Read an engine's wav output as mono float32 ``(T,)`` and its rate; empty or missing output is an error."""
     if not path.is_file() or path.stat().st_size <= 44:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import DEFAULT_VARIANTS
-from .base import Engine, EngineError, EngineStatus, Params, SynthResult, Voice, read_wav, rounded, run_tool
+from .base import Engine, EngineError, EngineStatus, Params, SynthResult, Voice, render_file, rounded, run_tool
 
 
 def _parse_voice_table(text: str) -> list[tuple[str, str, str]]:
@@ -77,9 +77,5 @@ class Espeak(Engine):
                 base = self._files.get(voice.name, voice.name)  # the voice file is unambiguous; the language is not
                 cmd = [exe, "-v", f"{base}+{voice.variant}" if voice.variant else base]
                 cmd += ["-s", str(int(p["rate"])), "-p", str(int(p["pitch"])), "-w", str(out), text]
-                try:
-                    run_tool(cmd, timeout=60)
-                    results.append(read_wav(out))
-                except EngineError as e:
-                    results.append(e)
+                results.append(render_file(cmd, out))
         return results

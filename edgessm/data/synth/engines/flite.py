@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Engine, EngineError, EngineStatus, Params, SynthResult, Voice, read_wav, rounded, run_tool
+from .base import Engine, EngineError, EngineStatus, Params, SynthResult, Voice, render_file, rounded, run_tool
 
 # voice -> (gender, f0 target mean in Hz the voice uses by default, or 0 when the voice ignores the setting).
 # Means were measured with pYIN on this build (flite 2.2); rms has its own F0 model and ignores the target.
@@ -63,9 +63,5 @@ class Flite(Engine):
                 cmd += ["--setf", f"duration_stretch={p['stretch']:.4f}"]
                 if base_f0:
                     cmd += ["--setf", f"int_f0_target_mean={base_f0 * p['f0']:.2f}"]
-                try:
-                    run_tool(cmd, timeout=60)
-                    results.append(read_wav(out))
-                except EngineError as e:
-                    results.append(e)
+                results.append(render_file(cmd, out))
         return results
