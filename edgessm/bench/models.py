@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+from edgessm.runtime.registry import MODELS_DIR, shipped_models
 
 
 def _measure(path: str, seconds: float, threads: int, queue) -> None:
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
-    items = args.graphs or sorted(d.name for d in MODELS_DIR.iterdir() if d.is_dir() and any(d.glob("*.onnx")))
+    items = args.graphs or shipped_models()
     graphs = resolve(items)
     if not graphs:
         raise SystemExit("no graphs to benchmark: name .onnx files or shipped models")

@@ -14,8 +14,7 @@ from typing import Any
 from torch import nn
 
 from edgessm.nets import build_network
-
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+from edgessm.runtime.registry import MODELS_DIR
 
 
 def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
