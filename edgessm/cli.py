@@ -18,6 +18,7 @@ COMMANDS = {
     "synth": ("edgessm.data.synth.cli", "make the offline multi-voice synthetic speech corpus (cached, deterministic)"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),
+    "eval": ("edgessm.eval.cli", "measure a model on held-out clips and long test streams (no torch)"),
 }
 
 

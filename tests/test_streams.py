@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from edgessm.runtime.streams import Placement, build_stream, score_stream
+from edgessm.eval.streams import Placement, build_stream, score_stream
 
 
 def test_build_stream_places_keywords_at_the_requested_snr() -> None:

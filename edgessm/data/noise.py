@@ -1,4 +1,5 @@
-"""Noise sources for augmentation: real recordings (:class:`NoiseBank`), colored noise, babble.
+"""Noise sources for augmentation: real recordings (:class:`NoiseBank`), colored noise, babble,
+procedural music.
 
 numpy only (no torch), so it runs in DataLoader workers. Every random choice comes from the
 ``numpy.random.Generator`` passed in: the same generator state gives the same samples.
@@ -101,6 +102,62 @@ def babble(
             pieces.append(_loud_clip(draw, rng))
             filled += pieces[-1].shape[0]
         out += np.concatenate(pieces)[:length] * 10.0 ** (rng.uniform(*gain_db) / 20.0)
+    return _to_level(out, level_dbfs)
+
+
+def music_like(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0) -> np.ndarray:
+    """Procedural music: a melody and chords of harmonic tones over a drum pattern.
+
+    A random tempo (70-160 BPM) and key; each beat the melody plays a note of the key's major or
+    minor scale (harmonics 1-8 with a random spectral tilt, vibrato, attack/decay envelope), a
+    chord of three scale notes changes every bar, and kick/snare/hi-hat hits are shaped noise and
+    sine bursts. Sustained pitched sounds with onsets are what keyword spotters confuse with
+    speech, and no licensed music recordings are at hand offline.
+
+    Returns:
+        ``(length,)`` float32 at ``level_dbfs`` RMS.
+    """
+    if length < 2:
+        return np.zeros(max(0, length), np.float32)
+    out = np.zeros(length, np.float64)
+    beat = int(sr * 60.0 / rng.uniform(70, 160))
+    root = 110.0 * 2 ** (rng.integers(0, 12) / 12)
+    scale = np.array([0, 2, 4, 5, 7, 9, 11] if rng.random() < 0.5 else [0, 2, 3, 5, 7, 8, 10])
+    tilt = rng.uniform(0.5, 1.5)  # harmonic k has amplitude k**-tilt
+    harmonics = np.arange(1, 9)
+
+    def tone(f0: float, n: int, gain: float) -> np.ndarray:
+        t = np.arange(n) / sr
+        vib = 1 + 0.004 * np.sin(2 * np.pi * rng.uniform(4, 7) * t)
+        phase = 2 * np.pi * f0 * np.cumsum(vib) / sr
+        amps = harmonics**-tilt * (harmonics * f0 < sr / 2 - 500)
+        wave = (amps[:, None] * np.sin(harmonics[:, None] * phase[None])).sum(0)
+        env = np.minimum(1.0, t / 0.01) * np.exp(-t / rng.uniform(0.15, 0.8))
+        return gain * wave * env
+
+    def note(degree: int) -> float:
+        octave, step = divmod(int(degree), len(scale))
+        return root * 2 ** (octave + scale[step] / 12)
+
+    for i, pos in enumerate(range(0, length, beat)):
+        n = min(length - pos, 2 * beat)
+        if rng.random() < 0.85:  # melody, two octaves above the root
+            out[pos : pos + n] += tone(note(14 + rng.integers(-4, 8)), n, 0.5)
+        if i % 4 == 0:  # a chord per bar
+            m = min(length - pos, 4 * beat)
+            base = int(rng.integers(0, 7))
+            for d in (base, base + 2, base + 4):
+                out[pos : pos + m] += tone(note(7 + d), m, 0.25)
+        t = np.arange(min(length - pos, beat)) / sr
+        if i % 2 == 0:  # kick
+            out[pos : pos + len(t)] += 0.8 * np.sin(2 * np.pi * 55 * t * (1 + np.exp(-t / 0.02))) * np.exp(-t / 0.08)
+        else:  # snare
+            out[pos : pos + len(t)] += 0.3 * rng.standard_normal(len(t)) * np.exp(-t / 0.05)
+        h = pos + beat // 2  # off-beat hi-hat: high-passed noise
+        if h < length:
+            k = min(length - h, sr // 20)
+            hat = np.diff(rng.standard_normal(k + 1)) * np.exp(-np.arange(k) / (0.01 * sr))
+            out[h : h + k] += 0.1 * hat
     return _to_level(out, level_dbfs)
 
 

@@ -2,6 +2,7 @@
 
 edgessm train kws --out runs/kws                       # the shipped kws recipe, CUDA if present
 edgessm train kws --out runs/kws --resume              # continue after an interruption
+edgessm train kws --out runs/kws-ft --init runs/kws    # fine-tune from trained weights
 edgessm train my.toml --out runs/x --set train.steps=2000 --set optim.lr=3e-3
 torchrun --nproc_per_node 4 -m edgessm train kws --out runs/kws --device cuda   # 4 GPUs (DDP)
 """
@@ -17,6 +18,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--out", required=True, help="run directory (checkpoints, logs, final weights)")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    ap.add_argument(
+        "--init", metavar="WEIGHTS", help="start from these weights (run folder, .pt or .safetensors); fresh optimizer"
+    )
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a config value, e.g. --set train.steps=500 (repeatable)")  # fmt: skip
     ap.add_argument("--steps", type=int, help="shortcut for --set train.steps=N")
@@ -35,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.batch_size={args.batch_size}")
     try:
         cfg = load_config(args.config_file or args.config, overrides)
-        trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress)
+        trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress,
+                          init=args.init)  # fmt: skip
     except (FileNotFoundError, ValueError, RunExistsError, RuntimeError) as e:
         raise SystemExit(f"edgessm train: {e}") from None
     try:

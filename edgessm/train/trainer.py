@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import Tensor, nn
 
 from .config import TrainConfig
 from .sampler import StepSampler
@@ -38,6 +38,20 @@ from .tasks import Task, build_task
 
 class RunExistsError(RuntimeError):
     pass
+
+
+def load_model_weights(path: str | os.PathLike, device: torch.device | str = "cpu") -> dict[str, Tensor]:
+    """Model weights from a checkpoint (``.pt``), a ``.safetensors`` file or a run folder (safe loaders only)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        p = p / "model.safetensors" if (p / "model.safetensors").exists() else p / "checkpoints" / "last.pt"
+    if not p.is_file():
+        raise FileNotFoundError(f"no weights at {p}")
+    if p.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(p), device=str(device))
+    return torch.load(p, map_location=device, weights_only=True)["model"]
 
 
 def _dist_env() -> tuple[int, int, int]:
@@ -83,10 +97,13 @@ class Trainer:
         device: ``auto`` (CUDA if present), ``cpu`` or ``cuda``.
         resume: continue from ``out_dir/checkpoints/last.pt``.
         progress: show a progress bar (rank 0 only).
+        init: start from these model weights (a checkpoint ``.pt`` or a run folder's ``model.safetensors``)
+            with a fresh optimizer and schedule: fine-tuning, or a new schedule for a run in progress.
     """
 
     def __init__(self, cfg: TrainConfig, out_dir: str | os.PathLike, device: str = "auto", resume: bool = False,
-                 progress: bool = True, task: Task | None = None) -> None:  # fmt: skip
+                 progress: bool = True, task: Task | None = None,
+                 init: str | os.PathLike | None = None) -> None:  # fmt: skip
         self.cfg = cfg
         self.out = Path(out_dir)
         self.rank, self.world, local = _dist_env()
@@ -127,6 +144,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         if self.resume_from:
             self._load(self.resume_from)
+        elif init is not None:
+            self.model.load_state_dict(load_model_weights(init, self.device))
         self.net: nn.Module = self.model
         if cfg.train.compile:
             self.net = torch.compile(self.net)

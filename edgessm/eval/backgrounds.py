@@ -1,0 +1,114 @@
+"""Keyword-free background audio for streaming keyword evaluation (numpy only).
+
+Three kinds, each built deterministically from a seed:
+
+* ``speech`` -- real read sentences (``shared/data/real_read_speech``, never used to train the
+  keyword spotter) whose transcripts contain none of the keywords or their homophones, laid end
+  to end with short pauses;
+* ``music`` -- procedural music (:func:`edgessm.data.noise.music_like`), a new tempo and key
+  every 30 s;
+* ``noise`` -- the real background-noise recordings of Speech Commands and colored noise, a new
+  source every 30 s, at levels from quiet room to loud street.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from edgessm.data.audio import SAMPLE_RATE, load_audio
+from edgessm.data.corpora import shared_noises, shared_read_speech
+from edgessm.data.labels import SC35_WORDS
+from edgessm.data.noise import colored_noise, music_like
+
+KINDS = ("speech", "music", "noise")
+
+#: Words that sound like a keyword: a sentence containing one is not keyword-free.
+HOMOPHONES: dict[str, tuple[str, ...]] = {
+    "two": ("to", "too"),
+    "four": ("for", "fore"),
+    "eight": ("ate",),
+    "one": ("won",),
+    "no": ("know",),
+    "right": ("write", "rite"),
+    "tree": ("three",),
+    "three": ("tree",),
+}
+
+
+def sounds_like_keywords(words: Iterable[str] = SC35_WORDS) -> set[str]:
+    """The keywords plus their homophones and simple inflections (plural, possessive)."""
+    out = set()
+    for w in words:
+        for v in (w, *HOMOPHONES.get(w, ())):
+            out |= {v, v + "s", v + "'s"}
+    return out
+
+
+def keyword_free(text: str, banned: set[str]) -> bool:
+    return not (set(re.findall(r"[a-z']+", text.lower())) & banned)
+
+
+def _level(x: np.ndarray, dbfs: float) -> np.ndarray:
+    rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)) + 1e-20))
+    return (x * (10 ** (dbfs / 20) / rms)).astype(np.float32)
+
+
+def speech(seconds: float, rng: np.random.Generator, words: Iterable[str] = SC35_WORDS) -> np.ndarray:
+    """Keyword-free real read speech at -35..-20 dBFS per sentence, 0.2-1.5 s pauses between."""
+    banned = sounds_like_keywords(words)
+    clips = [c for c in shared_read_speech() if keyword_free(c.text, banned)]
+    if not clips:
+        raise ValueError("no keyword-free sentences found in shared/data/real_read_speech")
+    n = int(seconds * SAMPLE_RATE)
+    out = np.zeros(n, np.float32)
+    pos = 0
+    order = rng.permutation(len(clips))
+    k = 0
+    while pos < n:
+        x = load_audio(clips[order[k % len(order)]].path)[0]
+        k += 1
+        x = _level(x, rng.uniform(-35, -20))[: n - pos]
+        out[pos : pos + len(x)] = x
+        pos += len(x) + int(rng.uniform(0.2, 1.5) * SAMPLE_RATE)
+    return out
+
+
+def music(seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """Procedural music, a new piece every 30 s, at -38..-22 dBFS."""
+    n = int(seconds * SAMPLE_RATE)
+    piece = 30 * SAMPLE_RATE
+    parts = [music_like(min(piece, n - s), rng, level_dbfs=rng.uniform(-38, -22)) for s in range(0, n, piece)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
+def noise(seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """Real noise recordings and colored noise, a new source every 30 s, at -50..-25 dBFS."""
+    recordings = [p for p in shared_noises() if not any(c in p.stem for c in ("white", "pink"))]
+    n = int(seconds * SAMPLE_RATE)
+    piece = 30 * SAMPLE_RATE
+    parts = []
+    for s in range(0, n, piece):
+        m = min(piece, n - s)
+        level = rng.uniform(-50, -25)
+        if recordings and rng.random() < 0.6:
+            x = load_audio(recordings[int(rng.integers(len(recordings)))])[0]
+            start = int(rng.integers(0, max(1, len(x) - m)))
+            x = np.resize(x[start:], m)  # wraps around when the recording is shorter
+            parts.append(_level(x, level))
+        else:
+            parts.append(colored_noise(m, rng, str(rng.choice(["white", "pink", "brown"])), level))
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
+def background(kind: str, seconds: float, rng: np.random.Generator) -> np.ndarray:
+    """``seconds`` of keyword-free background of one of :data:`KINDS`."""
+    if kind == "speech":
+        return speech(seconds, rng)
+    if kind == "music":
+        return music(seconds, rng)
+    if kind == "noise":
+        return noise(seconds, rng)
+    raise ValueError(f"unknown background {kind!r}; choose from {KINDS}")

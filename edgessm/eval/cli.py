@@ -1,0 +1,108 @@
+"""``edgessm eval``: measure a shipped model or an exported graph on held-out data (no torch).
+
+edgessm eval kws35                          # every keyword-spotting set, the fp32 graph
+edgessm eval kws35 --int8 --sets sc-test    # the int8 graph on the Speech Commands test clips
+edgessm eval my.onnx --out reports/my       # report.json, report.md and plots in reports/my
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+KWS_SETS = ("sc-test", "synth-test", "fsdd", "streams")
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("model", help="shipped model name or path to an exported .onnx graph")
+    ap.add_argument("--int8", action="store_true", help="the int8 graph of a shipped model")
+    ap.add_argument("--sets", default=",".join(KWS_SETS), help=f"comma-separated, from {', '.join(KWS_SETS)}")
+    ap.add_argument("--keywords-per-background", type=int, default=150,
+                    help="keywords placed in each of the speech, music and noise test streams")  # fmt: skip
+    ap.add_argument("--keyword-free-hours", type=float, default=1.0, help="audio for false accepts per hour")
+    ap.add_argument("--thresholds", default="0.5,0.6,0.7,0.8,0.85,0.9,0.95", help="decision thresholds to sweep")
+    ap.add_argument("--threshold", type=float, help="the operating point to headline (default: the graph's)")
+    ap.add_argument("--smooth", type=int, default=4, help="frames of posterior smoothing (as in listen)")
+    ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the test streams")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", help="folder for report.json, report.md and plots (default: print only)")
+    ap.add_argument("--no-progress", action="store_true")
+
+
+def _progress(enabled: bool):
+    def wrap(items, desc):
+        if not enabled:
+            return items
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, unit="item", leave=False)
+
+    return wrap
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgessm.runtime.kws import DecisionConfig
+    from edgessm.runtime.registry import resolve_graph
+    from edgessm.runtime.session import StepModel
+
+    from . import kws
+    from .report import kws_markdown, kws_plots
+
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    unknown = set(sets) - set(KWS_SETS)
+    if unknown:
+        raise SystemExit(f"edgessm eval: unknown sets {sorted(unknown)}; choose from {', '.join(KWS_SETS)}")
+    try:
+        path = resolve_graph(args.model, int8=args.int8)
+        model = StepModel(path, threads=args.threads)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"edgessm eval: {e}") from None
+    if model.info.task != "kws":
+        raise SystemExit(f"edgessm eval: {path} is a {model.info.task or 'non-keyword'} graph; only kws is evaluated")
+    progress = _progress(not args.no_progress and sys.stderr.isatty())
+    threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
+    report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
+                    "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
+    results = {}
+    for name in sets:
+        if name == "streams":
+            continue
+        try:
+            res = kws.evaluate_clips(model, name, progress)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"edgessm eval: skipping {name}: {e}", file=sys.stderr)
+            continue
+        results[name] = res
+        report["clips"][name] = {"accuracy": res.accuracy(), "clips": len(res.refs), "sc12": res.sc12(),
+                                 "per_word": res.per_word()}  # fmt: skip
+        print(f"{name}: {res.accuracy():.2%} of {len(res.refs)} clips (12-class {res.sc12()['accuracy']:.2%})",
+              file=sys.stderr)  # fmt: skip
+    if "streams" in sets:
+        thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), threshold})
+        cfg = DecisionConfig(threshold, args.smooth, args.refractory)
+        streams = kws.keyword_streams(args.keywords_per_background, args.seed)
+        free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
+        report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
+    md = kws_markdown(report)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        _write(out / "report.json", json.dumps(report, indent=1))
+        _write(out / "report.md", md)
+        for f in kws_plots(report, out):
+            print(f"wrote {f}", file=sys.stderr)
+        print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

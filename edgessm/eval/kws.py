@@ -1,0 +1,247 @@
+"""Keyword-spotter evaluation on an exported stepwise graph (onnxruntime + numpy only).
+
+Clip accuracy: every clip is centred in one second of silence (the clip length the model was
+trained on), streamed through the graph from a zero state, and classified by the logits of the
+last whole frame -- exactly the clip-training forward pass (the head's causal window over the
+clip). Sets:
+
+* ``sc-test`` -- the Speech Commands v0.02 test clips (real speakers never trained on): the
+  standard 12-class protocol (10 commands, ``_unknown_`` for the other 25 words, ``_silence_``)
+  and per-word accuracy over all 35 words;
+* ``synth-test`` -- the synthetic corpus's test voices (speaker-disjoint from training);
+* ``fsdd`` -- the Free Spoken Digit Dataset's test split (held-out recordings of its speakers).
+
+Streaming: keywords from the SC test set placed at known times in keyword-free backgrounds
+(:mod:`.backgrounds`), run as one long stream through the live decision logic
+(:class:`~edgessm.runtime.kws.KeywordDecider`); plus an hour of keyword-free audio for false
+accepts per hour. A threshold sweep gives the detection-rate / false-accept trade-off.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgessm.data.audio import SAMPLE_RATE, load_audio
+from edgessm.data.corpora import shared_fsdd, shared_sc_test, synth_manifest
+from edgessm.data.labels import SC12_LABELS, SILENCE, UNKNOWN, map_word
+from edgessm.data.manifest import Clip, read_manifest
+from edgessm.runtime.kws import DecisionConfig, KeywordDecider
+from edgessm.runtime.session import StepModel
+
+from . import backgrounds
+from .streams import Placement, build_stream, score_stream
+
+CLIP_SAMPLES = SAMPLE_RATE  # the models are trained on one-second clips
+
+Progress = Callable[[Sequence, str], Sequence]
+
+
+def _no_progress(items: Sequence, desc: str) -> Sequence:
+    return items
+
+
+# --- clips -------------------------------------------------------------------------------------
+
+
+def centred(x: np.ndarray, length: int = CLIP_SAMPLES) -> np.ndarray:
+    """``x`` centred in ``length`` samples of zeros (or its centre ``length`` samples)."""
+    if len(x) >= length:
+        s = (len(x) - length) // 2
+        return x[s : s + length]
+    out = np.zeros(length, np.float32)
+    s = (length - len(x)) // 2
+    out[s : s + len(x)] = x
+    return out
+
+
+def graph_logits(model: StepModel, audio: np.ndarray) -> np.ndarray:
+    """Frame logits ``(classes, frames)`` of ``audio (T,)`` streamed from a zero state.
+
+    The tail is zero-padded to whole chunks; frames past ``T // stride`` are dropped.
+    """
+    info = model.info
+    frames = len(audio) // info.stride
+    n = -(-len(audio) // info.chunk) * info.chunk
+    x = np.zeros(n, np.float32)
+    x[: len(audio)] = audio
+    state = model.initial_state()
+    outs = []
+    for pos in range(0, n, info.chunk):
+        y, state = model.run(x[pos : pos + info.chunk], state)
+        outs.append(y)
+    return np.concatenate(outs, axis=-1)[:, :frames]
+
+
+def clip_logits(model: StepModel, audio: np.ndarray) -> np.ndarray:
+    """Logits ``(classes,)`` of one clip: the last whole frame of the centred one-second clip."""
+    x = centred(audio)
+    x = x[: len(x) - len(x) % model.info.stride]
+    return graph_logits(model, x)[:, -1]
+
+
+@dataclass
+class ClipResult:
+    """Per-clip references and predictions of one clip set."""
+
+    name: str
+    labels: list[str]  # the model's classes
+    refs: list[str]  # reference class in the model's label set
+    words: list[str]  # the spoken word (or ``_silence_``)
+    preds: list[str]
+
+    def accuracy(self) -> float:
+        return float(np.mean([r == p for r, p in zip(self.refs, self.preds, strict=True)])) if self.refs else 0.0
+
+    def sc12(self) -> dict:
+        """The 12-class protocol: predictions and references mapped to SC12."""
+        ref = [_to_sc12(w) for w in self.words]
+        hyp = [_to_sc12(p) for p in self.preds]
+        per = {c: _acc([h for r, h in zip(ref, hyp, strict=True) if r == c], c) for c in SC12_LABELS}
+        confusion = Counter(zip(ref, hyp, strict=True))
+        return {
+            "accuracy": float(np.mean([r == h for r, h in zip(ref, hyp, strict=True)])),
+            "per_class": {c: v for c, v in per.items() if v is not None},
+            "confusion": [[confusion[(r, h)] for h in SC12_LABELS] for r in SC12_LABELS],
+            "clips": len(ref),
+        }
+
+    def per_word(self) -> dict[str, dict[str, float]]:
+        """Accuracy and count per spoken word (the model must name the exact word)."""
+        by = defaultdict(list)
+        for w, p in zip(self.words, self.preds, strict=True):
+            by[w].append(p == w)
+        return {w: {"accuracy": float(np.mean(v)), "clips": len(v)} for w, v in sorted(by.items())}
+
+
+def _to_sc12(label: str) -> str:
+    if label in (SILENCE, UNKNOWN):
+        return label
+    return map_word(label, "sc12") or UNKNOWN
+
+
+def _acc(hyps: list[str], c: str) -> float | None:
+    return float(np.mean([h == c for h in hyps])) if hyps else None
+
+
+def clip_set(name: str) -> list[tuple[Clip, str]]:
+    """``(clip, spoken word)`` pairs of a named evaluation set."""
+    if name == "sc-test":
+        return [(c, c.text) for c in shared_sc_test()]
+    if name == "synth-test":
+        clips = [c for c in read_manifest(synth_manifest("default")) if c.split == "test" and c.label]
+        return [(c, c.label) for c in clips]
+    if name == "fsdd":
+        return [(c, c.label) for c in shared_fsdd() if c.split == "test"]
+    raise ValueError(f"unknown clip set {name!r}; choose from {CLIP_SETS}")
+
+
+CLIP_SETS = ("sc-test", "synth-test", "fsdd")
+
+
+def evaluate_clips(model: StepModel, name: str, progress: Progress = _no_progress) -> ClipResult:
+    labels = model.info.labels
+    refs, words, preds = [], [], []
+    for clip, word in progress(clip_set(name), name):
+        x = load_audio(clip.path)[0]
+        preds.append(labels[int(np.argmax(clip_logits(model, x)))])
+        words.append(word)
+        refs.append(word if word in labels else UNKNOWN)
+    return ClipResult(name, labels, refs, words, preds)
+
+
+# --- streams ------------------------------------------------------------------------------------
+
+
+def trim(x: np.ndarray, floor_db: float = -35.0, frame: int = 160) -> np.ndarray:
+    """The part of a keyword clip between the first and last 10 ms frame within ``floor_db`` of the loudest."""
+    n = len(x) // frame
+    if n == 0:
+        return x
+    e = 10 * np.log10(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
+    on = np.flatnonzero(e >= e.max() + floor_db)
+    return x[on[0] * frame : (on[-1] + 1) * frame]
+
+
+@dataclass
+class StreamSet:
+    kind: str
+    audio: np.ndarray
+    placements: list[Placement]
+
+
+def keyword_streams(per_kind: int, seed: int = 0, kinds: Sequence[str] = backgrounds.KINDS) -> list[StreamSet]:
+    """One long stream per background kind with ``per_kind`` SC-test keywords at known times.
+
+    Keywords are drawn without replacement, the 10 commands and the 25 other words alike, each
+    trimmed to its spoken part and mixed at 5-20 dB SNR against the local background, 2-5 s apart.
+    """
+    rng = np.random.default_rng(seed)
+    pool = [c for c in shared_sc_test() if c.text != SILENCE]
+    order = rng.permutation(len(pool))
+    out = []
+    for k, kind in enumerate(kinds):
+        picked = [pool[i] for i in order[k * per_kind : (k + 1) * per_kind]]
+        words = [(c.text, trim(load_audio(c.path)[0])) for c in picked]
+        seconds = sum(len(w) / SAMPLE_RATE + 3.5 for _, w in words) + 5.0
+        bg = backgrounds.background(kind, seconds, rng)
+        audio, places = build_stream(bg, words, rng, gap_s=(2.0, 5.0), snr_db=(5.0, 20.0))
+        out.append(StreamSet(kind, audio, places))
+    return out
+
+
+def keyword_free_hour(seconds: float = 3600.0, seed: int = 1) -> list[StreamSet]:
+    """Keyword-free audio split evenly over the background kinds (default one hour in all)."""
+    rng = np.random.default_rng(seed)
+    share = seconds / len(backgrounds.KINDS)
+    return [StreamSet(kind, backgrounds.background(kind, share, rng), []) for kind in backgrounds.KINDS]
+
+
+def detect(logits: np.ndarray, labels: list[str], frame_s: float, config: DecisionConfig) -> list[tuple[str, float]]:
+    decider = KeywordDecider(labels, frame_s, config)
+    return [(d.label, d.time_s) for d in decider.process(logits)]
+
+
+def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[StreamSet],
+                   thresholds: Sequence[float], config: DecisionConfig,
+                   progress: Progress = _no_progress) -> dict:  # fmt: skip
+    """Detection rate, time error and false accepts per hour, per background and overall, per threshold."""
+    info = model.info
+    frame_s = info.stride / info.sample_rate
+    logits = {id(s): graph_logits(model, s.audio) for s in progress(streams + fa_streams, "streams")}
+    rows = []
+    for th in thresholds:
+        cfg = DecisionConfig(th, config.smooth_frames, config.refractory_s, config.keywords)
+        row: dict = {"threshold": th, "by_background": {}}
+        total_hits = total_kw = 0
+        errors: list[float] = []
+        for s in streams:
+            dets = detect(logits[id(s)], info.labels, frame_s, cfg)
+            sc = score_stream(dets, s.placements, len(s.audio) / info.sample_rate)
+            row["by_background"][s.kind] = sc.summary()
+            total_hits += sc.hits
+            total_kw += sc.hits + sc.misses
+            errors += sc.time_errors_s
+        fa = 0
+        fa_hours = 0.0
+        fa_by: dict[str, int] = {}
+        for s in fa_streams:
+            dets = detect(logits[id(s)], info.labels, frame_s, cfg)
+            fa_by[s.kind] = len(dets)
+            fa += len(dets)
+            fa_hours += len(s.audio) / info.sample_rate / 3600
+        row.update(
+            detection_rate=total_hits / max(1, total_kw),
+            keywords=total_kw,
+            time_error_median_s=float(np.median(errors)) if errors else None,
+            time_error_p90_abs_s=float(np.percentile(np.abs(errors), 90)) if errors else None,
+            false_accepts=fa,
+            false_accepts_by_background=fa_by,
+            keyword_free_hours=fa_hours,
+            false_accepts_per_hour=fa / max(1e-9, fa_hours),
+        )
+        rows.append(row)
+    return {"sweep": rows, "smooth_frames": config.smooth_frames, "refractory_s": config.refractory_s}

@@ -1,0 +1,120 @@
+"""Evaluation reports as Markdown tables (for model cards) and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgessm.data.labels import SC12_LABELS, SC35_WORDS
+
+SET_NAMES = {
+    "sc-test": "Speech Commands v0.02 test (real, 118 unseen speakers)",
+    "synth-test": "synthetic test voices (unseen voices)",
+    "fsdd": "FSDD test split (real digits, 8 kHz)",
+}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def kws_markdown(report: dict) -> str:
+    lines: list[str] = []
+    clips = report.get("clips", {})
+    if clips:
+        lines += ["| set | clips | exact class | 12-class protocol |", "|---|---:|---:|---:|"]
+        for name, r in clips.items():
+            lines.append(f"| {SET_NAMES.get(name, name)} | {r['clips']} | {_pct(r['accuracy'])} | "
+                         f"{_pct(r['sc12']['accuracy'])} |")  # fmt: skip
+        lines.append("")
+    if "sc-test" in clips:
+        per = clips["sc-test"]["sc12"]["per_class"]
+        lines += ["Speech Commands test, 12-class protocol, recall per class:", ""]
+        lines += ["| " + " | ".join(per) + " |", "|" + "---:|" * len(per)]
+        lines += ["| " + " | ".join(_pct(v) for v in per.values()) + " |", ""]
+        words = clips["sc-test"]["per_word"]
+        lines += ["Speech Commands test, per word (the exact word among all classes):", ""]
+        lines += ["| word | clips | accuracy | word | clips | accuracy |", "|---|---:|---:|---|---:|---:|"]
+        names = [w for w in SC35_WORDS if w in words]
+        half = (len(names) + 1) // 2
+        for a, b in zip(names[:half], [*names[half:], *[None] * (2 * half - len(names))], strict=True):
+            right = f"{b} | {words[b]['clips']} | {_pct(words[b]['accuracy'])}" if b else " | | "
+            lines.append(f"| {a} | {words[a]['clips']} | {_pct(words[a]['accuracy'])} | {right} |")
+        lines.append("")
+    streams = report.get("streams")
+    if streams:
+        th = report.get("threshold")
+        hours = streams["sweep"][0]["keyword_free_hours"]
+        lines += [
+            f"Streaming (smoothing {streams['smooth_frames']} frames, refractory {streams['refractory_s']} s; "
+            f"keywords from the SC test set in speech/music/noise backgrounds; false accepts on "
+            f"{hours:.2f} h of keyword-free audio):",
+            "",
+            "| threshold | detected | speech | music | noise | median time error | FA / hour | FA speech/music/noise |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]  # fmt: skip
+        for row in streams["sweep"]:
+            by = row["by_background"]
+            err = row["time_error_median_s"]
+            fa = row["false_accepts_by_background"]
+            mark = "**" if th is not None and abs(row["threshold"] - th) < 1e-9 else ""
+            lines.append(
+                f"| {mark}{row['threshold']:.2f}{mark} | {_pct(row['detection_rate'])} | "
+                + " | ".join(_pct(by[k]["detection_rate"]) if k in by else "-" for k in ("speech", "music", "noise"))
+                + f" | {'-' if err is None else f'{1000 * err:+.0f} ms'} | {row['false_accepts_per_hour']:.1f} | "
+                + "/".join(str(fa.get(k, 0)) for k in ("speech", "music", "noise"))
+                + " |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def kws_plots(report: dict, out: Path) -> list[Path]:
+    """The SC-test 12-class confusion matrix and the detection / false-accept curve, as PNGs."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    sc = report.get("clips", {}).get("sc-test")
+    if sc:
+        import numpy as np
+
+        m = np.array(sc["sc12"]["confusion"], float)
+        m = m / np.maximum(1, m.sum(1, keepdims=True))
+        fig, ax = plt.subplots(figsize=(6.5, 5.5))
+        ax.imshow(m, cmap="Blues", vmin=0, vmax=1)
+        ax.set_xticks(range(12), SC12_LABELS, rotation=60)
+        ax.set_yticks(range(12), SC12_LABELS)
+        for i in range(12):
+            for j in range(12):
+                if m[i, j] >= 0.01:
+                    ax.text(j, i, f"{100 * m[i, j]:.0f}", ha="center", va="center", fontsize=7,
+                            color="white" if m[i, j] > 0.5 else "black")  # fmt: skip
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("spoken")
+        ax.set_title(f"Speech Commands test, 12-class: {100 * sc['sc12']['accuracy']:.1f}%")
+        fig.tight_layout()
+        written.append(out / "confusion.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    streams = report.get("streams")
+    if streams:
+        rows = streams["sweep"]
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        ax.plot([r["false_accepts_per_hour"] for r in rows], [100 * r["detection_rate"] for r in rows], "o-")
+        for r in rows:
+            ax.annotate(f"{r['threshold']:.2f}", (r["false_accepts_per_hour"], 100 * r["detection_rate"]),
+                        textcoords="offset points", xytext=(4, -10), fontsize=7)  # fmt: skip
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlabel("false accepts per hour (keyword-free audio)")
+        ax.set_ylabel("keywords detected (%)")
+        ax.grid(alpha=0.3)
+        ax.set_title("Streaming detection vs false accepts (threshold sweep)")
+        fig.tight_layout()
+        written.append(out / "detection.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written

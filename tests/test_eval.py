@@ -1,0 +1,146 @@
+"""Evaluation of exported keyword spotters: clip protocol, stream scoring, backgrounds (no torch inside)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from conftest import randomize
+
+from edgessm.data.noise import music_like
+from edgessm.deploy.onnx_export import export_onnx
+from edgessm.eval import kws
+from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords
+from edgessm.eval.report import kws_markdown
+from edgessm.eval.streams import Placement
+from edgessm.nets import build_network
+from edgessm.runtime import StepModel
+from edgessm.runtime.kws import DecisionConfig
+
+LABELS = ["yes", "no", "_unknown_", "_silence_"]
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    torch.manual_seed(0)
+    net = build_network("kws", channels=[4, 8, 16], states=[4, 8, 16], kinds=["full", "bottleneck", "pointwise"],
+                        pools=[4, 4, 4], window=40, dropout=0.0, num_classes=4)  # fmt: skip
+    net = randomize(net, seed=2, dynamics=False).eval()
+    path = tmp_path_factory.mktemp("g") / "kws.onnx"
+    export_onnx(net, path, 256, {"task": "kws", "labels": LABELS})
+    return net, path
+
+
+def test_clip_logits_are_the_clip_training_forward(graph) -> None:
+    """The graph, fed a centred one-second clip chunk by chunk, gives the logits training optimises."""
+    net, path = graph
+    model = StepModel(path)
+    word = (0.2 * np.random.default_rng(0).normal(size=11000)).astype(np.float32)
+    got = kws.clip_logits(model, word)
+    x = torch.from_numpy(kws.centred(word)).view(1, 1, -1)
+    with torch.no_grad():
+        ref = net(x)[0].numpy()
+    assert got.shape == (4,)
+    assert np.abs(got - ref).max() < 1e-4
+    long = (0.2 * np.random.default_rng(1).normal(size=20000)).astype(np.float32)
+    assert np.array_equal(kws.centred(long), long[2000:18000])
+
+
+def test_twelve_class_protocol_and_per_word_accuracy() -> None:
+    res = kws.ClipResult(
+        "t", LABELS,
+        refs=["yes", "_unknown_", "_silence_", "_unknown_", "no"],
+        words=["yes", "bed", "_silence_", "on", "no"],
+        preds=["yes", "_unknown_", "_silence_", "off", "_unknown_"],
+    )  # fmt: skip
+    sc12 = res.sc12()
+    assert sc12["accuracy"] == pytest.approx(3 / 5)  # 'on' heard as 'off' is still wrong in SC12
+    assert sc12["per_class"]["_unknown_"] == 1.0 and sc12["per_class"]["on"] == 0.0 and sc12["per_class"]["no"] == 0.0
+    assert sum(map(sum, sc12["confusion"])) == 5
+    words = res.per_word()
+    assert words["bed"]["accuracy"] == 0.0  # the exact word is required per word
+    assert words["yes"] == {"accuracy": 1.0, "clips": 1}
+    assert res.accuracy() == pytest.approx(3 / 5)
+    md = kws_markdown({"clips": {"sc-test": {"accuracy": 0.6, "clips": 5, "sc12": sc12, "per_word": words}}})
+    assert "| 60.0% |" in md and "| bed | 1 | 0.0% |" in md
+
+
+def test_trim_finds_the_spoken_part() -> None:
+    x = np.zeros(16000, np.float32)
+    x[5000:9000] = 0.3 * np.sin(np.arange(4000) * 0.2)
+    y = kws.trim(x)
+    assert 3900 <= len(y) <= 4200 and np.abs(y).max() > 0.29
+
+
+def test_keyword_free_speech_filter_knows_homophones() -> None:
+    banned = sounds_like_keywords()
+    assert not keyword_free("LET'S GO TO THE RESTROOM", banned)
+    assert not keyword_free("I want to eat", banned)  # 'to' sounds like 'two'
+    assert not keyword_free("the dogs barked", banned)
+    assert keyword_free("then mike walks home", banned)
+
+
+def test_music_like_is_deterministic_and_at_level() -> None:
+    a = music_like(16000 * 3, np.random.default_rng(5), level_dbfs=-30)
+    b = music_like(16000 * 3, np.random.default_rng(5), level_dbfs=-30)
+    assert a.shape == (48000,) and a.dtype == np.float32 and np.array_equal(a, b)
+    assert 10 * np.log10(np.mean(a.astype(np.float64) ** 2)) == pytest.approx(-30, abs=0.01)
+    spec = np.abs(np.fft.rfft(a))
+    assert spec[: len(spec) // 4].sum() > spec[len(spec) // 4 :].sum()  # tonal energy sits low, not white
+
+
+class EnergyModel:
+    """A stand-in graph: 'yes' when a 64-sample frame is loud, silence otherwise."""
+
+    info = SimpleNamespace(stride=64, chunk=256, sample_rate=16000, labels=LABELS)
+
+    def initial_state(self):
+        return []
+
+    def run(self, chunk, state):
+        e = np.sqrt(np.mean(chunk.reshape(-1, 64) ** 2, axis=1))
+        loud = e > 0.05
+        logits = np.full((4, len(e)), -10.0)
+        logits[0, loud] = 10.0
+        logits[3, ~loud] = 10.0
+        return logits, state
+
+
+def test_stream_metrics_count_hits_time_errors_and_false_accepts() -> None:
+    sr = 16000
+    audio = np.zeros(sr * 20, np.float32)
+    places = []
+    for start in (2.0, 8.0, 14.0):
+        audio[int(start * sr) : int((start + 0.5) * sr)] = 0.3
+        places.append(Placement("yes", start, start + 0.5))
+    noisy_free = np.zeros(sr * 36, np.float32)
+    noisy_free[sr * 10 : sr * 10 + 12000] = 0.3  # one false accept in keyword-free audio
+    streams = [kws.StreamSet("noise", audio, places)]
+    free = [kws.StreamSet("noise", noisy_free, [])]
+    out = kws.stream_metrics(EnergyModel(), streams, free, [0.4, 0.99], DecisionConfig(0.4, 2, 1.0))
+    row = out["sweep"][0]
+    assert row["detection_rate"] == 1.0 and row["keywords"] == 3
+    assert row["false_accepts"] == 1 and row["false_accepts_per_hour"] == pytest.approx(100.0)
+    assert -0.5 < row["time_error_median_s"] < -0.4  # fires ~2 frames after the onset, before the end
+    assert out["sweep"][1]["detection_rate"] == 1.0  # smoothed posterior reaches 1.0 on a steady tone
+
+
+def test_eval_command_refuses_unknown_sets_and_runs_without_torch(graph) -> None:
+    _, path = graph
+    bad = subprocess.run([sys.executable, "-m", "edgessm", "eval", str(path), "--sets", "nope"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode != 0 and "unknown sets" in bad.stderr
+    code = (
+        "import sys, numpy as np\n"
+        "from edgessm.eval import kws\n"
+        "from edgessm.runtime import StepModel\n"
+        f"m = StepModel({str(path)!r})\n"
+        "kws.clip_logits(m, np.zeros(16000, np.float32))\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
