@@ -2,6 +2,7 @@
 #
 #   make test    ruff + the unit tests (what CI runs)
 #   make bench   the FFT-convolution contraction benchmark
+#   make demo    keyword spotting on the demo recording demos/keywords.wav with the shipped kws35 model
 #
 # The virtualenv lives outside the clone, keyed by the hash of the pin file (every dependency is
 # pinned there), so a new clone reuses it and a change of pins builds a fresh one from nothing.
@@ -21,7 +22,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 QUIET_PIP := sed -u '/^WARNING: Location .* is ignored/d'
 
 
-.PHONY: setup system venv test lint bench clean-venv
+.PHONY: setup system venv test lint bench demo clean-venv
 
 setup: system venv
 	@# point the shared virtualenv at this checkout (fast, no downloads)
@@ -56,6 +57,9 @@ test: lint
 
 bench: setup
 	$(VENV)/bin/python -m edgessm.bench fftconv
+
+demo: setup
+	$(VENV)/bin/edgessm listen --model kws35 --input demos/keywords.wav --fast
 
 clean-venv:
 	rm -rf "$(VENV)" "$(VENV).tmp"

@@ -6,6 +6,7 @@ Skipped (with the reason) where PulseAudio is not installed; `make test` install
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -64,11 +65,14 @@ def test_listen_hears_the_virtual_microphone(virtual_mic, tmp_path) -> None:
     rec = tmp_path / "heard.wav"
     cmd = [sys.executable, "-m", "edgessm", "listen", "--model", str(tmp_path / "kws.onnx"), "--device", "pulse",
            "--duration", "3", "--record", str(rec), "--threshold", "1.1"]  # fmt: skip
-    subprocess.run(cmd, env=virtual_mic, check=True, capture_output=True, timeout=60)
+    err = subprocess.run(cmd, env=virtual_mic, check=True, capture_output=True, text=True, timeout=60).stderr
     player.wait(timeout=30)
     heard, rate = sf.read(rec)
     # PulseAudio's capture latency eats into the 3 s: at least half a second must have gone through
     assert rate == 16000 and len(heard) > 8000
+    # the closing summary on stderr reports what was recorded (and no meter: stderr is not a terminal)
+    summary = re.search(r"summary: ([\d.]+) s of audio heard, 0 detections, \d+ input overflows?", err)
+    assert summary and abs(float(summary[1]) - len(heard) / rate) < 0.01 and "\r" not in err
     tail = heard[-8000:]
     spectrum = np.abs(np.fft.rfft(tail))
     assert abs(np.argmax(spectrum) * rate / len(tail) - 440) < 5  # it heard the tone

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import collections
+import importlib.util
+import io
 import itertools
+import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
 from conftest import randomize
 
@@ -179,3 +186,278 @@ def test_listen_reads_raw_pcm_from_stdin_and_records_what_it_heard(kws_graph, tm
     assert out.strip()  # threshold 0: detections were printed
     heard, rate = sf.read(rec)
     assert rate == 16000 and abs(len(heard) - 32000) <= 64  # 2 s at 8 kHz, resampled to 16 kHz
+
+
+# --- edgessm listen: summary, meter, microphone errors and overflows, Ctrl-C, the demo recording ---------------
+
+DEMOS = Path(__file__).resolve().parents[1] / "demos"
+SUMMARY = re.compile(
+    r"summary: (?P<heard>[\d.]+) s of audio heard, (?P<n>\d+) detections?(?: \((?P<words>[^)]*)\))?, "
+    r"(?P<overflows>\d+) input overflows?, real-time factor (?P<rtf>[\d.]+)"
+)
+DETECTION_LINE = re.compile(r" *\d+\.\d\d s  w\d+ +\d\.\d\d")
+
+
+class FakeTTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def render_terminal(text: str) -> list[str]:
+    """What a terminal shows after ``text``: a carriage return moves to column 0, characters overwrite."""
+    lines, col = [[]], 0
+    for ch in text:
+        if ch == "\n":
+            lines.append([])
+            col = 0
+        elif ch == "\r":
+            col = 0
+        else:
+            line = lines[-1]
+            line.extend(" " * (col + 1 - len(line)))
+            line[col] = ch
+            col += 1
+    return ["".join(line).rstrip() for line in lines if "".join(line).strip()]
+
+
+def summary_of(stderr: str) -> re.Match:
+    found = [m for line in stderr.splitlines() if (m := SUMMARY.fullmatch(line.strip()))]
+    assert len(found) == 1, f"expected one summary line on stderr, got {stderr!r}"
+    return found[0]
+
+
+def test_listen_summary_goes_to_stderr_and_json_keeps_stdout_clean(kws_graph, capsys) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    wav = DEMOS / "keywords.wav"
+    args = ["listen", "--model", str(path), "--input", str(wav), "--fast", "--threshold", "0", "--refractory", "1"]
+    assert main([*args, "--json"]) == 0
+    out, err = capsys.readouterr()
+    events = [json.loads(line) for line in out.splitlines()]  # stdout: JSON lines and nothing else
+    assert events and all(set(e) == {"keyword", "score", "time"} for e in events)
+    assert all(b["time"] - a["time"] >= 1 - 1e-9 for a, b in itertools.pairwise(events))
+    s = summary_of(err)
+    assert float(s["heard"]) == pytest.approx(sf.info(wav).frames / 16000, abs=0.005)
+    assert int(s["n"]) == len(events) and int(s["overflows"]) == 0 and float(s["rtf"]) > 0
+    counts = collections.Counter(e["keyword"] for e in events)
+    assert s["words"] == ", ".join(f"{w} {n}" for w, n in sorted(counts.items()))
+    assert "\r" not in err and "dBFS" not in err  # stderr is not a terminal: no meter
+
+    assert main(args) == 0  # the human-readable form: same detections, one line each
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == len(events) and all(DETECTION_LINE.fullmatch(x) for x in out.splitlines())
+    assert "summary" not in out and int(summary_of(err)["n"]) == len(events)
+
+
+@pytest.mark.parametrize(
+    ("flags", "tty", "meter"),
+    [([], True, True), (["--quiet"], True, False), (["--json"], True, False), ([], False, False)],
+)
+def test_listen_meter_only_on_an_interactive_terminal(kws_graph, tmp_path, monkeypatch, flags, tty, meter) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    x = (0.3 * np.random.default_rng(7).normal(size=16000 * 2)).astype(np.float32)
+    sf.write(tmp_path / "in.wav", x, 16000)
+    screen = FakeTTY() if tty else io.StringIO()
+    monkeypatch.setattr(sys, "stdout", screen)  # detections and meter share one terminal, as they would
+    monkeypatch.setattr(sys, "stderr", screen)
+    rc = main(["listen", "--model", str(path), "--input", str(tmp_path / "in.wav"), "--fast", "--threshold", "0",
+               "--refractory", "0.5", *flags])  # fmt: skip
+    assert rc == 0
+    text = screen.getvalue()
+    assert ("dBFS" in text) == meter and ("\r" in text) == meter
+    if meter:
+        assert re.search(r"-?\d+ dBFS \[#+-*\] +[\d.]+ s  \d+ detections?", text)
+    if "--json" not in flags:
+        # the meter is wiped before every detection and before the summary: nothing of it stays on screen
+        shown = render_terminal(text)
+        assert len(shown) > 1 and SUMMARY.fullmatch(shown[-1])
+        assert all(DETECTION_LINE.fullmatch(line) for line in shown[:-1]), shown
+
+
+class FakeInputStream:
+    """A stand-in for sounddevice.InputStream: on start() it delivers 40 blocks of a 440 Hz tone
+    (2 s at 48 kHz) to the callback, with an input overflow flagged on blocks 5, 17 and 30."""
+
+    OVERFLOW_BLOCKS = (5, 17, 30)
+    fail_on: str | None = None  # "open" or "start": raise PortAudioError there
+
+    def __init__(self, callback, samplerate, blocksize, channels=1, **kwargs) -> None:
+        import sounddevice as sd
+
+        if self.fail_on == "open":
+            raise sd.PortAudioError("Error opening InputStream: Device unavailable", -9985)
+        self.callback, self.rate, self.blocksize, self.channels = callback, int(samplerate), blocksize, channels
+        self.closed = False
+
+    def start(self) -> None:
+        import sounddevice as sd
+
+        if self.fail_on == "start":
+            raise sd.PortAudioError("Error starting stream: Device unavailable", -9985)
+        t = np.arange(40 * self.blocksize) / self.rate
+        tone = (0.25 * np.sin(2 * np.pi * 440 * t)).astype(np.float32).reshape(40, self.blocksize, 1)
+        for i, block in enumerate(tone):
+            status = sd.CallbackFlags()
+            status.input_overflow = i in self.OVERFLOW_BLOCKS
+            self.callback(block, self.blocksize, None, status)
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def fake_mic(monkeypatch):
+    sd = pytest.importorskip("sounddevice")  # needs the PortAudio library, not a device
+    dev = {"name": "fake mic", "default_samplerate": 48000.0, "max_input_channels": 1}
+    monkeypatch.setattr(sd, "query_devices", lambda device=None, kind=None: dev)
+    monkeypatch.setattr(sd, "InputStream", FakeInputStream)
+    monkeypatch.setattr(FakeInputStream, "fail_on", None)
+    return sd
+
+
+def test_listen_counts_microphone_overflows_and_hears_every_block(kws_graph, tmp_path, fake_mic, monkeypatch) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    screen = FakeTTY()
+    monkeypatch.setattr(sys, "stderr", screen)
+    rec = tmp_path / "heard.wav"
+    rc = main(["listen", "--model", str(path), "--duration", "0.2", "--threshold", "1.1", "--record", str(rec)])
+    assert rc == 0
+    text = screen.getvalue()
+    assert "listening on fake mic at 48000 Hz" in text
+    assert "3 overflows" in text  # on the meter
+    s = summary_of(text)
+    assert int(s["overflows"]) == 3 and int(s["n"]) == 0
+    assert float(s["heard"]) == pytest.approx(2.0, abs=0.005)  # every block, overflowing or not, was heard
+    heard, rate = sf.read(rec)
+    assert rate == 16000 and abs(len(heard) - 32000) <= 2
+    spectrum = np.abs(np.fft.rfft(heard[8000:24000]))
+    assert abs(np.argmax(spectrum) * rate / 16000 - 440) < 2  # resampled from 48 kHz, not garbled
+    # --duration over before the first block was taken: what the stream captured is still heard
+    assert main(["listen", "--model", str(path), "--duration", "0", "--quiet"]) == 0
+    assert float(summary_of(screen.getvalue().split("fake mic")[-1])["heard"]) == pytest.approx(2.0, abs=0.005)
+
+
+@pytest.mark.parametrize("fail_on", ["query", "open", "start"])
+def test_listen_without_a_usable_microphone_suggests_a_file(kws_graph, fake_mic, monkeypatch, fail_on) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    sd = fake_mic
+    if fail_on == "query":  # what PortAudio says on a machine with no audio devices at all
+
+        def query(device=None, kind=None):
+            raise sd.PortAudioError("Error querying device -1")
+
+        monkeypatch.setattr(sd, "query_devices", query)
+    monkeypatch.setattr(FakeInputStream, "fail_on", fail_on)
+    with pytest.raises(SystemExit) as e:
+        main(["listen", "--model", str(path), "--duration", "0.2"])
+    message = str(e.value.code)
+    assert message.startswith("edgessm listen: no usable microphone") and "--input FILE" in message
+    assert ("Error querying device" if fail_on == "query" else "Device unavailable") in message
+
+
+def test_listen_ctrl_c_ends_cleanly_with_a_summary(kws_graph, tmp_path, monkeypatch, capsys) -> None:
+    import time
+
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    x = (0.3 * np.random.default_rng(8).normal(size=16000 * 3)).astype(np.float32)
+    sf.write(tmp_path / "in.wav", x, 16000)
+    calls = []
+
+    def sleep(seconds: float) -> None:  # the real-time pacing of a file; the 11th wait is interrupted
+        calls.append(seconds)
+        if len(calls) == 11:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    rec = tmp_path / "heard.wav"
+    try:
+        rc = main(["listen", "--model", str(path), "--input", str(tmp_path / "in.wav"), "--record", str(rec), "--json"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped edgessm listen")
+    assert rc == 0 and len(calls) == 11
+    s = summary_of(capsys.readouterr().err)
+    assert float(s["heard"]) == pytest.approx(1.0, abs=1e-9)  # ten 100 ms blocks were heard before Ctrl-C
+    assert len(sf.read(rec)[0]) == 16000
+
+
+def test_listen_stdin_odd_reads_never_drop_samples(kws_graph, tmp_path, monkeypatch, capsys) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    x = np.random.default_rng(9).integers(-20000, 20000, size=5000).astype("<i2")
+    data = x.tobytes()
+
+    class Pipe:  # a pipe that hands out odd numbers of bytes per read
+        def __init__(self) -> None:
+            self.pos, self.sizes = 0, itertools.cycle([3, 1, 7, 2, 5, 641])
+
+        def read(self, n: int) -> bytes:
+            piece = data[self.pos : self.pos + min(n, next(self.sizes))]
+            self.pos += len(piece)
+            return piece
+
+    monkeypatch.setattr(sys, "stdin", type("Stdin", (), {"buffer": Pipe()})())
+    rec = tmp_path / "heard.wav"
+    assert main(["listen", "--model", str(path), "--input", "-", "--threshold", "1.1", "--record", str(rec)]) == 0
+    heard, _ = sf.read(rec, dtype="int16")
+    assert len(heard) == len(x) and np.abs(heard.astype(int) - x).max() <= 1
+    assert float(summary_of(capsys.readouterr().err)["heard"]) == pytest.approx(len(x) / 16000, abs=0.005)
+
+
+def test_listen_duration_limits_a_file(kws_graph, capsys) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    args = ["listen", "--model", str(path), "--input", str(DEMOS / "keywords.wav"), "--fast", "--duration", "2"]
+    assert main(args) == 0
+    assert float(summary_of(capsys.readouterr().err)["heard"]) == pytest.approx(2.0, abs=1e-9)
+
+
+COMMAND_WORDS = {"yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"}
+
+
+def test_demo_recording_is_small_labelled_real_speech() -> None:
+    info = sf.info(DEMOS / "keywords.wav")
+    assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+    assert 12 <= info.duration <= 15 and (DEMOS / "keywords.wav").stat().st_size < 500_000
+    rows = [line.split() for line in (DEMOS / "keywords.txt").read_text().splitlines()]
+    assert 6 <= len(rows) <= 8 and all(len(r) == 4 for r in rows)
+    starts, ends = [float(r[0]) for r in rows], [float(r[1]) for r in rows]
+    assert {r[2] for r in rows} <= COMMAND_WORDS and len({r[3] for r in rows}) == len(rows)  # different speakers
+    assert all(1.5 <= b - a <= 2.0 for a, b in itertools.pairwise(starts))
+    assert all(0 < s < e <= info.duration for s, e in zip(starts, ends, strict=True))
+    audio, rate = sf.read(DEMOS / "keywords.wav", dtype="float32")
+    spoken = np.zeros(len(audio), bool)
+    for s, e in zip(starts, ends, strict=True):
+        spoken[round(s * rate) : round(e * rate)] = True
+    quiet = ~np.convolve(spoken, np.ones(rate // 5), "same").astype(bool)  # 100 ms away from every word
+    assert 10 * np.log10(np.mean(audio[spoken] ** 2) / np.mean(audio[quiet] ** 2)) > 20  # words over a quiet bed
+    assert np.mean(audio[quiet] ** 2) > 0  # a real background, not digital silence
+
+
+def test_demo_script_rebuilds_the_demo(tmp_path) -> None:
+    from edgessm.data.corpora import shared_data_dir
+
+    shared = shared_data_dir(required=False)
+    if shared is None or not (shared / "speech_commands_test_v0.02").is_dir():
+        pytest.skip("the shared data folder (Speech Commands test clips) is not here")
+    spec = importlib.util.spec_from_file_location("make_demo", DEMOS / "make_demo.py")
+    make_demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_demo)
+    assert make_demo.main(["--out", str(tmp_path)]) == 0
+    assert (tmp_path / "keywords.txt").read_text() == (DEMOS / "keywords.txt").read_text(), "demos/ is out of date"
+    new, old = (sf.read(d / "keywords.wav", dtype="int16")[0] for d in (tmp_path, DEMOS))
+    # the same clips at the same places; at most a rounding step apart (float sums may differ across CPUs)
+    assert new.shape == old.shape and np.abs(new.astype(int) - old).max() <= 1, "demos/keywords.wav is out of date"

@@ -3,7 +3,8 @@
 Per frame: softmax posteriors, a moving average over ``smooth_frames`` frames, then a keyword
 fires when its smoothed posterior crosses ``threshold`` and no keyword fired within the last
 ``refractory_s`` seconds. Background classes (``_silence_``, ``_unknown_``) never fire. The
-reported time is the frame where the smoothed posterior peaked inside the detection window.
+reported time is the end of the frame at which the smoothed posterior crossed the threshold (the
+model's head averages about a second of features, so this is shortly after the word ends).
 """
 
 from __future__ import annotations

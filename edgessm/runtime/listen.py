@@ -2,17 +2,28 @@
 
 edgessm listen --model kws35                     # default microphone
 edgessm listen --model kws35 --input demo.wav    # a recording, as if it were live
+
+Detections go to stdout, one line each (``--json``: one JSON object each). Everything else goes
+to stderr: the live level meter (only when stderr is a terminal, without ``--json`` or
+``--quiet``), errors, and the summary printed when the input ends or on Ctrl-C. Ctrl-C is the
+normal way to stop a live session, so it exits with status 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import queue
 import sys
 import time
+from collections import Counter
 
 import numpy as np
+
+METER_DB_RANGE = 60.0  # the meter's bar spans -60..0 dBFS
+METER_WIDTH = 20  # characters of bar
+METER_PERIOD_S = 0.1  # redraw at most this often
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
@@ -23,7 +34,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--fast", action="store_true", help="process a file as fast as possible instead of in real time")
     ap.add_argument("--record", metavar="WAV", help="save exactly the 16 kHz audio the model heard")
-    ap.add_argument("--duration", type=float, help="stop listening to the microphone after this many seconds")
+    ap.add_argument(
+        "--duration", type=float, help="stop after this many seconds (microphone: of listening; file/stdin: of audio)"
+    )
     ap.add_argument("--device", help="input device (name or index) for the microphone; see --list-devices")
     ap.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
     ap.add_argument("--threshold", type=float, default=0.7, help="smoothed posterior needed to fire (0..1)")
@@ -32,16 +45,138 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", action="store_true", help="one JSON object per detection")
+    ap.add_argument("--json", action="store_true", help="one JSON object per detection (and no meter)")
+    ap.add_argument("--quiet", action="store_true", help="no live level meter on the terminal")
 
 
-def _print(det, as_json: bool) -> None:
-    if as_json:
-        # "time": seconds from the start of the stream at which the word's decision frame ended
-        event = {"keyword": det.label, "time": round(det.time_s, 3), "score": round(det.score, 3)}
-        print(json.dumps(event), flush=True)
-    else:
-        print(f"{det.time_s:8.2f} s  {det.label:<10} {det.score:.2f}", flush=True)
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def level_dbfs(block: np.ndarray) -> float:
+    """RMS level of a block in dB relative to full scale (a full-scale square wave is 0 dBFS)."""
+    if not len(block):
+        return -math.inf
+    rms = float(np.sqrt(np.mean(np.square(block, dtype=np.float64))))
+    return 20 * math.log10(rms) if rms > 0 else -math.inf
+
+
+class Listener:
+    """One listening session: feeds a :class:`~edgessm.runtime.session.Stream`, turns its outputs
+    into detections, keeps the counts and draws the meter.
+
+    Args:
+        stream: the model's stream.
+        decider: a :class:`~edgessm.runtime.kws.KeywordDecider` for the model's labels.
+        as_json: print detections as JSON objects.
+        meter: draw the live level meter on stderr.
+    """
+
+    def __init__(self, stream, decider, as_json: bool = False, meter: bool = False) -> None:
+        self.stream = stream
+        self.decider = decider
+        self.as_json = as_json
+        self.meter = meter
+        self.counts: Counter[str] = Counter()
+        self.overflows = 0  # input overflows reported by the audio device
+        self.busy_s = 0.0  # time spent processing (resampling, graph, decisions)
+        self.rate = stream.model.info.sample_rate
+        self._peak_db = -math.inf  # loudest block since the meter was last drawn
+        self._shown = 0  # characters of meter on screen (0: none)
+        self._next_draw = 0.0
+
+    @property
+    def heard_s(self) -> float:
+        return self.stream.samples_in / self.rate
+
+    def feed(self, rate: int, samples: np.ndarray) -> None:
+        """Process a block of audio recorded at ``rate`` and print the detections it triggers."""
+        t0 = time.perf_counter()
+        self.stream.accept_waveform(rate, samples)
+        self._decide()
+        self.busy_s += time.perf_counter() - t0
+        if self.meter:
+            self._peak_db = max(self._peak_db, level_dbfs(samples))
+            self.show()
+
+    def finish(self) -> None:
+        """Process the last partial chunk (zero-padded) and take the meter off the screen."""
+        t0 = time.perf_counter()
+        self.stream.flush()
+        self._decide()
+        self.busy_s += time.perf_counter() - t0
+        self.clear()
+
+    def _decide(self) -> None:
+        for logits in self.stream.outputs():
+            for det in self.decider.process(logits):
+                self.counts[det.label] += 1
+                self.clear()
+                if self.as_json:
+                    # "time": seconds from the start of the stream at which the word's decision frame ended
+                    event = {"keyword": det.label, "time": round(det.time_s, 3), "score": round(det.score, 3)}
+                    print(json.dumps(event), flush=True)
+                else:
+                    print(f"{det.time_s:8.2f} s  {det.label:<10} {det.score:.2f}", flush=True)
+                self._next_draw = 0.0  # put the meter back at once
+
+    # --- the meter: one line on stderr, rewritten in place ---------------------------------------
+
+    def meter_line(self) -> str:
+        db = max(self._peak_db, -99.0)
+        filled = round(METER_WIDTH * min(1.0, max(0.0, 1 + db / METER_DB_RANGE)))
+        line = (
+            f"{db:4.0f} dBFS [{'#' * filled}{'-' * (METER_WIDTH - filled)}] {self.heard_s:7.1f} s"
+            f"  {_plural(sum(self.counts.values()), 'detection')}"
+        )
+        if self.overflows:
+            line += f"  {_plural(self.overflows, 'overflow')}"
+        return line
+
+    def show(self, force: bool = False) -> None:
+        """Redraw the meter (at most every ``METER_PERIOD_S`` unless ``force``)."""
+        now = time.monotonic()
+        if not self.meter or (not force and now < self._next_draw):
+            return
+        line = self.meter_line()
+        sys.stderr.write("\r" + line.ljust(self._shown))
+        sys.stderr.flush()
+        self._shown = len(line)
+        self._next_draw = now + METER_PERIOD_S
+        self._peak_db = -math.inf
+
+    def clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r" + " " * self._shown + "\r")
+            sys.stderr.flush()
+            self._shown = 0
+
+    def summary(self) -> str:
+        words = ", ".join(f"{w} {n}" for w, n in sorted(self.counts.items()))
+        n = sum(self.counts.values())
+        rtf = f"{self.busy_s / self.heard_s:.3f}" if self.heard_s > 0 else "n/a"
+        return (
+            f"summary: {self.heard_s:.2f} s of audio heard, {_plural(n, 'detection')}"
+            f"{f' ({words})' if words else ''}, {_plural(self.overflows, 'input overflow')}, real-time factor {rtf}"
+        )
+
+
+def _sounddevice():
+    try:
+        import sounddevice as sd
+    except OSError as e:  # the PortAudio library itself is missing
+        raise SystemExit(
+            f"edgessm listen: the microphone needs PortAudio ({e}); install it (apt-get install libportaudio2) "
+            "or listen to a recording with --input FILE"
+        ) from None
+    return sd
+
+
+def _no_microphone(e: Exception) -> SystemExit:
+    return SystemExit(
+        f"edgessm listen: no usable microphone ({e}); pick one from --list-devices with --device, "
+        "or listen to a recording with --input FILE (or raw PCM on stdin with --input -)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,9 +187,7 @@ def run(args: argparse.Namespace) -> int:
     from .session import StepModel
 
     if args.list_devices:
-        import sounddevice as sd
-
-        print(sd.query_devices())
+        print(_sounddevice().query_devices())
         return 0
     try:
         model = StepModel(resolve_graph(args.model, int8=args.int8), threads=args.threads)
@@ -70,66 +203,99 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise SystemExit(f"edgessm listen: {e}") from None
     stream = model.create_stream()
-
-    def drain() -> None:
-        for logits in stream.outputs():
-            for det in decider.process(logits):
-                _print(det, args.json)
-
     heard: list[np.ndarray] = []
     if args.record:
         stream.on_audio = heard.append
+    meter = sys.stderr.isatty() and not args.json and not args.quiet
+    listener = Listener(stream, decider, as_json=args.json, meter=meter)
 
-    def finish() -> int:
-        stream.flush()
-        drain()
-        if args.record:
-            from edgessm.data.audio import write_audio
-
-            audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
-            write_audio(args.record, audio[: stream.samples_in], info.sample_rate)
-            print(f"recorded {stream.samples_in / info.sample_rate:.2f} s to {args.record}", file=sys.stderr)
-        return 0
-
-    if args.input == "-":  # raw PCM16 on stdin, 100 ms at a time
-        block = max(1, args.rate // 10) * 2
-        while data := sys.stdin.buffer.read(block):
-            pcm = np.frombuffer(data[: len(data) - len(data) % 2], dtype="<i2").astype(np.float32) / 32768.0
-            stream.accept_waveform(args.rate, pcm)
-            drain()
-        return finish()
-
-    if args.input != "mic":
-        try:
-            audio, rate = load_audio(args.input, sr=None)
-        except AudioError as e:
-            raise SystemExit(f"edgessm listen: {e}") from None
-        block = max(1, rate // 10)  # feed 100 ms at a time, as a microphone would
-        start = time.monotonic()
-        for pos in range(0, len(audio), block):
-            if not args.fast:  # pace the file like a live microphone
-                time.sleep(max(0.0, start + pos / rate - time.monotonic()))
-            stream.accept_waveform(rate, audio[pos : pos + block])
-            drain()
-        return finish()
-
-    import sounddevice as sd
-
-    blocks: queue.Queue[np.ndarray] = queue.Queue()
     try:
-        dev = sd.query_devices(args.device, "input")
+        if args.input == "-":
+            _listen_stdin(listener, args)
+        elif args.input != "mic":
+            try:
+                audio, rate = load_audio(args.input, sr=None)
+            except AudioError as e:
+                raise SystemExit(f"edgessm listen: {e}") from None
+            _listen_file(listener, audio, rate, args)
+        else:
+            _listen_mic(listener, decider, args)
+    except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
+        pass
+    listener.finish()
+    if args.record:
+        from edgessm.data.audio import write_audio
+
+        audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
+        write_audio(args.record, audio[: stream.samples_in], info.sample_rate)
+        print(f"recorded {stream.samples_in / info.sample_rate:.2f} s to {args.record}", file=sys.stderr)
+    print(listener.summary(), file=sys.stderr, flush=True)
+    return 0
+
+
+def _listen_stdin(listener: Listener, args: argparse.Namespace) -> None:
+    """Raw PCM16 little-endian mono on stdin, 100 ms at a time; an odd byte waits for its pair."""
+    block = max(1, args.rate // 10) * 2
+    limit = math.inf if args.duration is None else round(args.duration * args.rate) * 2
+    carry, taken = b"", 0
+    while taken < limit and (data := sys.stdin.buffer.read(int(min(block, limit - taken)))):
+        taken += len(data)
+        data = carry + data
+        cut = len(data) - len(data) % 2
+        carry = data[cut:]
+        listener.feed(args.rate, np.frombuffer(data[:cut], dtype="<i2").astype(np.float32) / 32768.0)
+
+
+def _listen_file(listener: Listener, audio: np.ndarray, rate: int, args: argparse.Namespace) -> None:
+    """A recording fed 100 ms at a time, as a microphone would (in real time unless ``--fast``)."""
+    if args.duration is not None:
+        audio = audio[: round(args.duration * rate)]
+    block = max(1, rate // 10)
+    start = time.monotonic()
+    for pos in range(0, len(audio), block):
+        if not args.fast:  # pace the file like a live microphone
+            time.sleep(max(0.0, start + pos / rate - time.monotonic()))
+        listener.feed(rate, audio[pos : pos + block])
+
+
+def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
+    sd = _sounddevice()
+    device = int(args.device) if args.device and args.device.isdigit() else args.device
+    try:
+        dev = sd.query_devices(device, "input")
     except (ValueError, sd.PortAudioError) as e:
-        raise SystemExit(f"edgessm listen: no usable input device ({e}); try --list-devices or --input FILE") from None
+        raise _no_microphone(e) from None
     rate = int(dev["default_samplerate"])
+    blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+
+    def callback(indata, frames, t, status) -> None:  # PortAudio's thread: count, copy, queue; nothing else
+        if status.input_overflow:
+            listener.overflows += 1
+        blocks.put(indata[:, 0].copy())
+
+    try:
+        mic = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32", blocksize=rate // 20,
+                             callback=callback)  # fmt: skip
+        mic.start()
+    except (ValueError, sd.PortAudioError) as e:
+        raise _no_microphone(e) from None
     words = ", ".join(decider.labels[i] for i in np.flatnonzero(decider.active))
-    print(f"listening on {dev['name']} at {rate} Hz for {words} (Ctrl-C to stop)", file=sys.stderr)
-    with sd.InputStream(device=args.device, channels=1, samplerate=rate, dtype="float32", blocksize=rate // 20,
-                        callback=lambda data, frames, t, status: blocks.put(data[:, 0].copy())):  # fmt: skip
+    print(f"listening on {dev['name']} at {rate} Hz for {words} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    interrupted = False
+    try:
+        start = time.monotonic()
+        while args.duration is None or time.monotonic() - start < args.duration:
+            try:
+                listener.feed(rate, blocks.get(timeout=METER_PERIOD_S))
+            except queue.Empty:  # no audio yet: keep the meter alive
+                listener.show(force=True)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        mic.stop()
+        mic.close()
+    while not interrupted:  # --duration: what was captured before the stream stopped is heard too
         try:
-            start = time.monotonic()
-            while args.duration is None or time.monotonic() - start < args.duration:
-                stream.accept_waveform(rate, blocks.get())
-                drain()
-        except KeyboardInterrupt:
-            print("", file=sys.stderr)
-    return finish()
+            listener.feed(rate, blocks.get_nowait())
+        except queue.Empty:
+            break
