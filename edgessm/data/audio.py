@@ -89,10 +89,17 @@ def write_audio(path: str | os.PathLike, audio: np.ndarray, sr: int, subtype: st
             subtype=subtype,
             format=_format_for(path),
         )
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _format_for(path: Path) -> str:
