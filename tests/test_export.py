@@ -99,3 +99,37 @@ def test_openvino_runs_the_same_graph(tmp_path) -> None:
     net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
     export_onnx(net, tmp_path / "f.onnx", 128, {"task": "kws"})
     assert compare_runtimes(tmp_path / "f.onnx", _signal(128 * 30)) < 1e-4
+
+
+def test_model_folder_has_verified_graphs_weights_and_a_hash_manifest(tmp_path, monkeypatch) -> None:
+    import json
+
+    from edgessm.deploy import package as pkg
+    from edgessm.deploy.load import load_trained
+    from edgessm.runtime import registry
+
+    monkeypatch.setattr(pkg, "shared_data_dir", lambda required=False: None)  # no held-out set needed here
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False).eval()
+    desc = {"network": "kws", "config": {**SMALL, "window": 12, "dropout": 0.0}, "labels": [f"w{i}" for i in range(35)]}
+    folder = tmp_path / "kws9"
+    calib = [_signal(128 * 40, seed=s) for s in range(2)]
+    report, q = pkg.package(net, desc, folder, "kws9", 128, int8=True, verify_audio=[_signal(128 * 50, seed=3)],
+                            metadata={"threshold": "0.8"}, calibration=calib)  # fmt: skip
+    assert report.max_abs_error < 1e-4 and q["kept_float"] > 0 and q["output_snr_db"] > 10
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["files"]) == {"kws9.onnx", "kws9.int8.onnx", "model.json", "model.safetensors"}
+    assert all(registry.sha256(folder / f) == h for f, h in manifest["files"].items())
+    # the weights reload into the same network; the graph carries the default threshold
+    net2, desc2 = load_trained(folder)
+    assert desc2["labels"] == desc["labels"]
+    assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), net2.state_dict().values(), strict=True))
+    meta = {p.key: p.value for p in onnx.load(str(folder / "kws9.onnx")).metadata_props}
+    assert meta["threshold"] == "0.8" and meta["weights_sha256"] == manifest["weights_sha256"]
+    # an altered graph is refused by the runtime
+    registry.resolve_graph(folder / "kws9.int8.onnx")
+    data = bytearray((folder / "kws9.int8.onnx").read_bytes())
+    data[-10] ^= 0xFF
+    (folder / "kws9.int8.onnx").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="sha256"):
+        registry.resolve_graph(folder / "kws9.int8.onnx")

@@ -1,6 +1,7 @@
-"""``edgessm export``: write the stepwise ONNX graph of a trained model and verify it.
+"""``edgessm export``: write a model folder -- verified stepwise ONNX graph(s), weights, manifest.
 
-edgessm export runs/kws --out models/kws35 --chunk 256
+edgessm export runs/kws --out models/kws35 --chunk 256 --int8
+edgessm export kws35 --out /tmp/kws35-1024 --chunk 1024      # re-export a shipped model
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--checkpoint", choices=["best", "last"], help="export a run's checkpoint instead of its final weights"
     )
+    ap.add_argument("--int8", action="store_true", help="also write the int8 graph and report its quality change")
+    ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold of the graph")
 
 
 def verification_audio(seconds: float = 8.0) -> list:
@@ -43,7 +46,8 @@ def verification_audio(seconds: float = 8.0) -> list:
 
 def run(args: argparse.Namespace) -> int:
     from .load import load_trained
-    from .onnx_export import export_onnx, model_stride
+    from .onnx_export import model_stride
+    from .package import package
 
     try:
         net, desc = load_trained(args.model, args.checkpoint)
@@ -51,16 +55,22 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"edgessm export: {e}") from None
     stride = model_stride(net)
     chunk = args.chunk or stride
-    name = args.name or Path(args.model).name
-    meta = {"task": desc["network"], "labels": desc.get("labels", []), "model_name": name}
-    out = Path(args.out) / f"{name}.onnx"
+    name = args.name or Path(args.out).name or Path(args.model).name
+    meta = {"threshold": str(args.threshold)} if args.threshold is not None else {}
     try:
-        report = export_onnx(net, out, chunk, meta, verification_audio(), args.tolerance)
+        report, q = package(net, desc, args.out, name, chunk, args.int8, verification_audio(), args.tolerance, meta)
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
-    print(f"wrote {out} (chunk {chunk} samples = {1000 * chunk / 16000:.1f} ms, stride {stride})")
+    print(f"wrote {report.path} (chunk {chunk} samples = {1000 * chunk / 16000:.1f} ms, stride {stride})")
     print(f"verified against PyTorch: max abs error {report.max_abs_error:.2e}")
     print("op census: " + ", ".join(f"{op} {n}" for op, n in report.op_census.items()))
     if report.unfriendly_ops:
         print("warning: ops outside the conservative NPU list: " + ", ".join(report.unfriendly_ops))
+    if q:
+        print(f"int8: {q['kept_float']} nodes kept float32 (the state path); "
+              f"output SNR vs fp32 {q.get('output_snr_db', float('nan')):.1f} dB")  # fmt: skip
+        if "int8_accuracy" in q:
+            print(f"int8 on {q['clips']} held-out Speech Commands test clips: accuracy {q['fp32_accuracy']:.2%} (fp32) "
+                  f"-> {q['int8_accuracy']:.2%} (int8), predictions agree on {q['agreement']:.2%}")  # fmt: skip
+    print(f"model folder {args.out}: model.json, model.safetensors, graphs and manifest.json (sha256)")
     return 0

@@ -39,7 +39,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--device", help="input device (name or index) for the microphone; see --list-devices")
     ap.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
-    ap.add_argument("--threshold", type=float, default=0.7, help="smoothed posterior needed to fire (0..1)")
+    ap.add_argument(
+        "--threshold", type=float, help="smoothed posterior needed to fire, 0..1 (default: the model's, else 0.7)"
+    )
     ap.add_argument("--smooth", type=int, default=4, help="frames of posterior smoothing")
     ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
     ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
@@ -197,7 +199,10 @@ def run(args: argparse.Namespace) -> int:
     if info.task != "kws" or not info.labels:
         raise SystemExit(f"edgessm listen: {args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
-    cfg = DecisionConfig(args.threshold, args.smooth, args.refractory, keywords)
+    threshold = args.threshold if args.threshold is not None else float(info.extra.get("threshold", 0.7))
+    if not 0.0 < threshold <= 1.0:
+        raise SystemExit(f"edgessm listen: --threshold must be in (0, 1], got {threshold}")
+    cfg = DecisionConfig(threshold, args.smooth, args.refractory, keywords)
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:

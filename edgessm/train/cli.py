@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         metrics = trainer.fit()
     except (FileNotFoundError, ValueError) as e:  # data problems surface when the datasets are built
         raise SystemExit(f"edgessm train: {e}") from None
-    if trainer.rank == 0:
+    if trainer.rank == 0 and trainer.step >= cfg.train.steps:  # (an interrupted run has said where it stopped)
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
         print(f"done: step {trainer.step} of {cfg.train.steps}; {shown or 'no validation set'}; run in {args.out}")
     return 0

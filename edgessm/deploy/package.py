@@ -1,0 +1,158 @@
+"""A model folder: everything the runtime and an embedded app need for one trained model.
+
+    models/<name>/
+      model.json          network kind, config, labels, where the weights came from
+      model.safetensors   the weights (to re-export at another chunk size, or fine-tune)
+      <name>.onnx         stepwise fp32 graph, verified against the PyTorch forward
+      <name>.int8.onnx    int8 QDQ graph with the state path in float32 (``int8=True``)
+      manifest.json       sha256 of each file above; the runtime refuses a graph that does not match
+
+Calibration audio for int8 is real speech that no evaluation uses (Speech Commands training clips
+and read sentences) mixed with noise; the int8 graph's quality change is measured on held-out data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from edgessm import __version__
+from edgessm.data.corpora import shared_data_dir
+from edgessm.runtime.registry import sha256
+
+from .onnx_export import ExportReport, export_onnx
+from .quantize import quantize_int8
+
+
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def calibration_audio(seconds: float = 60.0, seed: int = 0) -> list[np.ndarray]:
+    """Ten-second streams of real training speech (SC training words, read sentences) over noise."""
+    from edgessm.data.audio import load_audio
+    from edgessm.data.corpora import shared_noises, shared_read_speech, shared_sc_train
+
+    rng = np.random.default_rng(seed)
+    words = shared_sc_train()
+    sentences = shared_read_speech()
+    noises = [load_audio(p)[0] for p in shared_noises()]
+    out = []
+    for _ in range(max(1, int(seconds // 10))):
+        x = np.zeros(160000, np.float32)
+        pos = 0
+        while pos < len(x):
+            source = sentences if rng.random() < 0.3 else words
+            clip = source[int(rng.integers(len(source)))]
+            y = load_audio(clip.path)[0][: len(x) - pos] * 10 ** (rng.uniform(-10, 6) / 20)
+            x[pos : pos + len(y)] += y
+            pos += len(y) + int(rng.uniform(0.1, 1.0) * 16000)
+        n = noises[int(rng.integers(len(noises)))]
+        start = int(rng.integers(0, max(1, len(n) - len(x))))
+        x += np.resize(n[start:], len(x)) * 10 ** (rng.uniform(-30, -10) / 20)
+        out.append(np.clip(x, -1, 1))
+    return out
+
+
+def kws_int8_quality(fp32: Path, int8: Path, clips: int = 400, seed: int = 0) -> dict[str, float]:
+    """Clip accuracy of both graphs on a fixed sample of the Speech Commands test clips (held out)."""
+    from edgessm.data.audio import load_audio
+    from edgessm.data.corpora import shared_sc_test
+    from edgessm.eval.kws import clip_logits
+    from edgessm.runtime.session import StepModel
+
+    pool = shared_sc_test()
+    pick = np.random.default_rng(seed).permutation(len(pool))[:clips]
+    a, b = StepModel(fp32), StepModel(int8)
+    labels = a.info.labels
+    right_a = right_b = agree = 0
+    for i in pick:
+        clip = pool[int(i)]
+        x = load_audio(clip.path)[0]
+        pa, pb = labels[int(np.argmax(clip_logits(a, x)))], labels[int(np.argmax(clip_logits(b, x)))]
+        ref = clip.text if clip.text in labels else "_unknown_"
+        right_a += pa == ref
+        right_b += pb == ref
+        agree += pa == pb
+    n = len(pick)
+    return {"clips": n, "fp32_accuracy": right_a / n, "int8_accuracy": right_b / n, "agreement": agree / n}
+
+
+def output_snr_db(fp32: Path, int8: Path, audio: np.ndarray) -> float:
+    """How close the int8 graph's outputs stay to the fp32 graph's on ``audio`` (dB)."""
+    from edgessm.runtime.session import StepModel
+
+    def outputs(path: Path) -> np.ndarray:
+        model = StepModel(path)
+        state, outs = model.initial_state(), []
+        chunk = model.info.chunk
+        for pos in range(0, len(audio) - chunk + 1, chunk):
+            y, state = model.run(audio[pos : pos + chunk], state)
+            outs.append(y)
+        return np.concatenate(outs, axis=-1)
+
+    ya, yb = outputs(fp32), outputs(int8)
+    err = float(np.mean((ya - yb) ** 2))
+    return float(10 * np.log10(float(np.mean(ya**2)) / max(err, 1e-30)))
+
+
+def write_manifest(folder: Path, files: list[str], extra: dict[str, Any]) -> Path:
+    manifest = {
+        "name": folder.name,
+        "edgessm_version": __version__,
+        **extra,
+        "files": {f: sha256(folder / f) for f in sorted(files)},
+    }
+    path = folder / "manifest.json"
+    _write_text(path, json.dumps(manifest, indent=1) + "\n")
+    return path
+
+
+def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: str, chunk: int,
+            int8: bool = False, verify_audio: list[np.ndarray] | None = None, tolerance: float = 1e-4,
+            metadata: dict[str, Any] | None = None,
+            calibration: list[np.ndarray] | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
+    """Write the model folder ``out`` (see the module docstring); returns the fp32 export report and
+    the int8 report (nodes kept float, quality change) or ``{}``. ``metadata`` adds graph metadata
+    (e.g. a keyword spotter's default ``threshold``); ``calibration`` replaces :func:`calibration_audio`.
+    The held-out KWS accuracy check runs when the shared data is present."""
+    from safetensors.torch import save_file
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"task": desc["network"], "labels": desc.get("labels", []), "model_name": name, **(metadata or {})}
+    graph = folder / f"{name}.onnx"
+    report = export_onnx(net, graph, chunk, meta, verify_audio, tolerance)
+    files = [graph.name, "model.json", "model.safetensors"]
+    tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".model.safetensors.", suffix=".tmp")
+    os.close(fd)
+    save_file(tensors, tmp)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, folder / "model.safetensors")
+    _write_text(folder / "model.json", json.dumps(desc, indent=1) + "\n")
+    q: dict[str, Any] = {}
+    if int8:
+        qpath = folder / f"{name}.int8.onnx"
+        kept = quantize_int8(graph, qpath, calibration if calibration is not None else calibration_audio())
+        files.append(qpath.name)
+        q = {"kept_float": len(kept), "kept_float_nodes": kept}
+        if verify_audio:
+            q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
+        if desc["network"] == "kws" and shared_data_dir(required=False) is not None:
+            q.update(kws_int8_quality(graph, qpath))
+    digest = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
+    extra = {"weights_sha256": report.metadata["weights_sha256"], "description_sha256": digest, "chunk": chunk}
+    write_manifest(folder, files, extra)
+    return report, q
