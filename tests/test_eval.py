@@ -144,3 +144,10 @@ def test_eval_command_refuses_unknown_sets_and_runs_without_torch(graph) -> None
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_pick_threshold_takes_the_lowest_within_the_false_accept_budget() -> None:
+    sweep = [{"threshold": t, "false_accepts_per_hour": fa} for t, fa in ((0.5, 3.0), (0.7, 0.4), (0.9, 0.0))]
+    assert kws.pick_threshold(sweep, 0.5) == 0.7
+    assert kws.pick_threshold(sweep, 0.0) == 0.9
+    assert kws.pick_threshold(sweep[:1], 1.0) is None

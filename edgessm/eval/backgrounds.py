@@ -56,12 +56,34 @@ def _level(x: np.ndarray, dbfs: float) -> np.ndarray:
     return (x * (10 ** (dbfs / 20) / rms)).astype(np.float32)
 
 
-def speech(seconds: float, rng: np.random.Generator, words: Iterable[str] = SC35_WORDS) -> np.ndarray:
-    """Keyword-free real read speech at -35..-20 dBFS per sentence, 0.2-1.5 s pauses between."""
+def _sentences(source: str, words: Iterable[str]) -> list:
     banned = sounds_like_keywords(words)
-    clips = [c for c in shared_read_speech() if keyword_free(c.text, banned)]
+    if source == "real":
+        clips = [c for c in shared_read_speech() if keyword_free(c.text, banned)]
+    elif source == "synth-validation":  # the synthetic corpus's validation voices: sentences and non-keywords
+        from edgessm.data.corpora import synth_manifest
+        from edgessm.data.manifest import read_manifest
+
+        clips = [
+            c
+            for c in read_manifest(synth_manifest("default"))
+            if c.split == "validation" and c.label in ("", "_unknown_") and keyword_free(c.text, banned)
+        ]
+    else:
+        raise ValueError(f"unknown speech source {source!r} (real or synth-validation)")
     if not clips:
-        raise ValueError("no keyword-free sentences found in shared/data/real_read_speech")
+        raise ValueError(f"no keyword-free speech found for source {source!r}")
+    return clips
+
+
+def speech(seconds: float, rng: np.random.Generator, words: Iterable[str] = SC35_WORDS,
+           source: str = "real") -> np.ndarray:  # fmt: skip
+    """Keyword-free speech at -35..-20 dBFS per utterance, 0.2-1.5 s pauses between.
+
+    ``source``: ``real`` (read sentences, the test background) or ``synth-validation`` (the
+    synthetic validation voices, for choosing decision thresholds without touching test data).
+    """
+    clips = _sentences(source, words)
     n = int(seconds * SAMPLE_RATE)
     out = np.zeros(n, np.float32)
     pos = 0
@@ -103,10 +125,10 @@ def noise(seconds: float, rng: np.random.Generator) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
 
-def background(kind: str, seconds: float, rng: np.random.Generator) -> np.ndarray:
+def background(kind: str, seconds: float, rng: np.random.Generator, speech_source: str = "real") -> np.ndarray:
     """``seconds`` of keyword-free background of one of :data:`KINDS`."""
     if kind == "speech":
-        return speech(seconds, rng)
+        return speech(seconds, rng, source=speech_source)
     if kind == "music":
         return music(seconds, rng)
     if kind == "noise":

@@ -3,6 +3,7 @@
 edgessm eval kws35                          # every keyword-spotting set, the fp32 graph
 edgessm eval kws35 --int8 --sets sc-test    # the int8 graph on the Speech Commands test clips
 edgessm eval my.onnx --out reports/my       # report.json, report.md and plots in reports/my
+edgessm eval kws35 --choose-threshold       # pick the decision threshold on validation streams (no test data)
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--smooth", type=int, default=4, help="frames of posterior smoothing (as in listen)")
     ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
     ap.add_argument("--seed", type=int, default=0, help="seed of the test streams")
+    ap.add_argument(
+        "--choose-threshold",
+        action="store_true",
+        help="sweep thresholds on validation streams (synthetic validation voices, new music/noise) and "
+        "print the lowest one within --max-fa false accepts per hour; uses no test data",
+    )
+    ap.add_argument("--max-fa", type=float, default=0.5, help="false accepts per hour allowed by --choose-threshold")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="folder for report.json, report.md and plots (default: print only)")
     ap.add_argument("--no-progress", action="store_true")
@@ -65,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     if model.info.task != "kws":
         raise SystemExit(f"edgessm eval: {path} is a {model.info.task or 'non-keyword'} graph; only kws is evaluated")
     progress = _progress(not args.no_progress and sys.stderr.isatty())
+    if args.choose_threshold:
+        return _choose_threshold(model, args, progress)
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
     report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
                     "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
@@ -98,6 +108,26 @@ def run(args: argparse.Namespace) -> int:
         for f in kws_plots(report, out):
             print(f"wrote {f}", file=sys.stderr)
         print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
+    from edgessm.runtime.kws import DecisionConfig
+
+    from . import kws
+    from .report import kws_markdown
+
+    thresholds = sorted({float(t) for t in args.thresholds.split(",")})
+    streams = kws.keyword_streams(args.keywords_per_background, args.seed + 100, source="synth-validation")
+    free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 101, "synth-validation")
+    cfg = DecisionConfig(thresholds[0], args.smooth, args.refractory)
+    metrics = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
+    print(kws_markdown({"streams": metrics}))
+    chosen = kws.pick_threshold(metrics["sweep"], args.max_fa)
+    if chosen is None:
+        print(f"no swept threshold keeps false accepts within {args.max_fa}/h; sweep higher thresholds")
+        return 1
+    print(f"chosen threshold: {chosen} (lowest with <= {args.max_fa} false accepts/h on validation streams)")
     return 0
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -173,31 +173,51 @@ class StreamSet:
     placements: list[Placement]
 
 
-def keyword_streams(per_kind: int, seed: int = 0, kinds: Sequence[str] = backgrounds.KINDS) -> list[StreamSet]:
-    """One long stream per background kind with ``per_kind`` SC-test keywords at known times.
+def keyword_clips(source: str = "sc-test") -> list[Clip]:
+    """Keyword clips for test streams: ``sc-test`` (real, held out) or ``synth-validation``
+    (the synthetic validation voices: for choosing thresholds without looking at the test data)."""
+    if source == "sc-test":
+        return [c for c in shared_sc_test() if c.text != SILENCE]
+    if source == "synth-validation":
+        clips = read_manifest(synth_manifest("default"))
+        return [replace(c, text=c.label) for c in clips if c.split == "validation" and c.label and c.label != UNKNOWN]
+    raise ValueError(f"unknown keyword source {source!r} (sc-test or synth-validation)")
+
+
+def keyword_streams(per_kind: int, seed: int = 0, kinds: Sequence[str] = backgrounds.KINDS,
+                    source: str = "sc-test") -> list[StreamSet]:  # fmt: skip
+    """One long stream per background kind with ``per_kind`` keywords at known times.
 
     Keywords are drawn without replacement, the 10 commands and the 25 other words alike, each
     trimmed to its spoken part and mixed at 5-20 dB SNR against the local background, 2-5 s apart.
+    With ``source="synth-validation"`` keywords and speech backgrounds come from validation voices.
     """
     rng = np.random.default_rng(seed)
-    pool = [c for c in shared_sc_test() if c.text != SILENCE]
+    pool = keyword_clips(source)
     order = rng.permutation(len(pool))
+    speech_source = "real" if source == "sc-test" else "synth-validation"
     out = []
     for k, kind in enumerate(kinds):
         picked = [pool[i] for i in order[k * per_kind : (k + 1) * per_kind]]
         words = [(c.text, trim(load_audio(c.path)[0])) for c in picked]
         seconds = sum(len(w) / SAMPLE_RATE + 3.5 for _, w in words) + 5.0
-        bg = backgrounds.background(kind, seconds, rng)
+        bg = backgrounds.background(kind, seconds, rng, speech_source)
         audio, places = build_stream(bg, words, rng, gap_s=(2.0, 5.0), snr_db=(5.0, 20.0))
         out.append(StreamSet(kind, audio, places))
     return out
 
 
-def keyword_free_hour(seconds: float = 3600.0, seed: int = 1) -> list[StreamSet]:
+def keyword_free_hour(seconds: float = 3600.0, seed: int = 1, speech_source: str = "real") -> list[StreamSet]:
     """Keyword-free audio split evenly over the background kinds (default one hour in all)."""
     rng = np.random.default_rng(seed)
     share = seconds / len(backgrounds.KINDS)
-    return [StreamSet(kind, backgrounds.background(kind, share, rng), []) for kind in backgrounds.KINDS]
+    return [StreamSet(k, backgrounds.background(k, share, rng, speech_source), []) for k in backgrounds.KINDS]
+
+
+def pick_threshold(sweep: list[dict], max_fa_per_hour: float) -> float | None:
+    """The lowest swept threshold whose false accepts per hour stay within ``max_fa_per_hour``."""
+    ok = [row["threshold"] for row in sweep if row["false_accepts_per_hour"] <= max_fa_per_hour]
+    return min(ok) if ok else None
 
 
 def detect(logits: np.ndarray, labels: list[str], frame_s: float, config: DecisionConfig) -> list[tuple[str, float]]:
