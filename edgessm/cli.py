@@ -15,6 +15,7 @@ from edgessm import __version__
 # verb -> (module with add_arguments/run, help)
 COMMANDS = {
     "listen": ("edgessm.runtime.listen", "live keyword spotting from the microphone or a file (no torch)"),
+    "denoise": ("edgessm.runtime.denoise", "remove noise from a recording or live from the microphone (no torch)"),
     "synth": ("edgessm.data.synth.cli", "make the offline multi-voice synthetic speech corpus (cached, deterministic)"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),

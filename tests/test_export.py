@@ -133,3 +133,21 @@ def test_model_folder_has_verified_graphs_weights_and_a_hash_manifest(tmp_path, 
     (folder / "kws9.int8.onnx").write_bytes(bytes(data))
     with pytest.raises(ValueError, match="sha256"):
         registry.resolve_graph(folder / "kws9.int8.onnx")
+
+
+def test_int8_denoiser_quality_is_measured_on_held_out_mixtures(tmp_path, monkeypatch) -> None:
+    from edgessm.data.corpora import shared_data_dir
+    from edgessm.deploy import package as pkg
+
+    if shared_data_dir(required=False) is None:
+        pytest.skip("shared/data not present")
+    monkeypatch.setattr(pkg, "shared_data_dir", lambda required=False: None)  # measured below on fewer clips
+    torch.manual_seed(0)
+    cfg = {**SMALL, "bottleneck_states": 8, "n_bottleneck": 1}
+    den = randomize(build_network("denoise", **cfg), seed=2).eval()
+    calib = [_signal(256 * 40, seed=s) for s in range(2)]
+    pkg.package(den, {"network": "denoise", "config": cfg}, tmp_path / "dn", "dn", 256, int8=True, calibration=calib)
+    q = pkg.denoise_int8_quality(tmp_path / "dn" / "dn.onnx", tmp_path / "dn" / "dn.int8.onnx", clips=3)
+    assert q["clips"] == 3
+    assert np.isfinite(q["fp32_si_sdr_improvement_db"]) and np.isfinite(q["int8_si_sdr_improvement_db"])
+    assert q["fp32_si_sdr_improvement_db"] != q["int8_si_sdr_improvement_db"]  # two graphs really ran

@@ -85,6 +85,16 @@ def test_float64_chunked_is_exact(kind: str, h_in: int, h_out: int, n: int) -> N
 
 
 @pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_long_chunks_take_the_chunked_scan_exactly(kind: str, h_in: int, h_out: int, n: int) -> None:
+    layer = _make(kind, h_in, h_out, n, seed=13).double()
+    assert layer.sub_chunk(1024) < 1024  # sub-chunks and three MatMuls, not one (1024 + 2M)^2 matrix
+    u = torch.randn(2, h_in, 2 * 1024 + 7, dtype=torch.float64)
+    with torch.no_grad():
+        y_step, _ = run_chunked(layer, u, [1024, 1024, 7])
+        assert rel_err(y_step, layer(u)) < 1e-9
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
 def test_state_stays_finite_for_a_million_steps(kind: str, h_in: int, h_out: int, n: int) -> None:
     layer = _make(kind, h_in, h_out, n, seed=11)
     with torch.no_grad():

@@ -4,13 +4,18 @@
 
     fftconv   forward+backward of a bottleneck SSM block: chosen contraction order vs naive vs scan
     models    exported graphs: params, FLOPs/s, real-time factor, chunk latency, peak memory (no torch)
+    distill   SpectraLDS distillation of the ES-SSM Hankel filters: states per budget, coefficient sizes, errors
 """
 
 from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = {"fftconv": "edgessm.bench.fftconv", "models": "edgessm.bench.models"}
+BENCHMARKS = {
+    "fftconv": "edgessm.bench.fftconv",
+    "models": "edgessm.bench.models",
+    "distill": "edgessm.bench.distill",
+}
 
 
 def run(name: str, argv: list[str]) -> int:

@@ -31,6 +31,7 @@ def _measure(path: str, seconds: float, threads: int, queue) -> None:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # as the runtime's StepModel
     sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     meta = sess.get_modelmeta().custom_metadata_map
     inputs = sess.get_inputs()

@@ -72,5 +72,8 @@ def run(args: argparse.Namespace) -> int:
         if "int8_accuracy" in q:
             print(f"int8 on {q['clips']} held-out Speech Commands test clips: accuracy {q['fp32_accuracy']:.2%} (fp32) "
                   f"-> {q['int8_accuracy']:.2%} (int8), predictions agree on {q['agreement']:.2%}")  # fmt: skip
+        if "int8_si_sdr_improvement_db" in q:
+            a, b = q["fp32_si_sdr_improvement_db"], q["int8_si_sdr_improvement_db"]
+            print(f"int8 on {q['clips']} held-out noisy sentences: SI-SDR improvement {a:.2f} dB (fp32) -> {b:.2f} dB")
     print(f"model folder {args.out}: model.json, model.safetensors, graphs and manifest.json (sha256)")
     return 0

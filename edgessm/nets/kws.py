@@ -83,15 +83,17 @@ class KeywordSpotter(nn.Module):
         n = len(self.backbone.state_shapes())
         h, bstate = self.backbone.step(x, state[:n])
         hist, count = state[n], state[n + 1]
-        w, frames = self.cfg.window, h.shape[-1]
+        w, frames = self.cfg.window, int(h.shape[-1])
         full = torch.cat([hist, h], dim=-1)  # (B, C, w - 1 + F)
-        ones = torch.ones(h.shape[1], 1, w, dtype=h.dtype, device=h.device)
-        sums = F.conv1d(full, ones, groups=h.shape[1])  # window sums ending at each new frame
+        # window sums ending at each new frame: one MatMul with a constant band of ones
+        pos = torch.arange(w - 1 + frames, device=h.device)[:, None] - torch.arange(frames, device=h.device)[None, :]
+        sums = full @ ((pos >= 0) & (pos < w)).to(h.dtype)  # (B, C, F)
         k = torch.arange(1, frames + 1, dtype=h.dtype, device=h.device)
-        counts = torch.clamp(count + k, max=float(w))  # (B, F)
-        logits = self.head((sums / counts.unsqueeze(1)).transpose(1, 2)).transpose(1, 2)
-        new_hist = full[..., full.shape[-1] - (w - 1) :]
-        return logits, [*bstate, new_hist, torch.clamp(count + frames, max=float(w))]
+        counts = torch.clamp(count.unsqueeze(-1) + k, max=float(w))  # (B, 1, F)
+        lin0, lin1 = self.head[0], self.head[2]  # the head on (B, C, F) directly: no transposes
+        z = F.silu(lin0.weight @ (sums / counts) + lin0.bias[:, None])
+        logits = lin1.weight @ z + lin1.bias[:, None]
+        return logits, [*bstate, full[..., frames:], torch.clamp(count + frames, max=float(w))]
 
     def frame_logits(self, x: Tensor) -> Tensor:
         """Logits at every frame ``(B, classes, F)``: what the live listener evaluates."""

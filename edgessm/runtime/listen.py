@@ -200,8 +200,6 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"edgessm listen: {args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
     threshold = args.threshold if args.threshold is not None else float(info.extra.get("threshold", 0.7))
-    if not 0.0 < threshold <= 1.0:
-        raise SystemExit(f"edgessm listen: --threshold must be in (0, 1], got {threshold}")
     cfg = DecisionConfig(threshold, args.smooth, args.refractory, keywords)
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)

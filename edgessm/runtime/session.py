@@ -66,6 +66,7 @@ class StepModel:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # fusions, constant folding
         self.path = path
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.info = read_info(self.session)

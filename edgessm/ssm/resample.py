@@ -38,7 +38,7 @@ class AvgPool(Streamable):
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
-        return self.forward(x), state
+        return F.avg_pool1d(x, self.r, self.r), state  # the same means: one AveragePool node when exported
 
     def counts(self) -> Counts:
         return Counts(0, 1.0)  # one add per input sample (the 1/r scale is folded)
