@@ -222,13 +222,13 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     Trainer(kws_config(sc_folder, steps=3), run, device="cpu", progress=False).fit()
     assert main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "32"]) == 0
     assert "max abs error" in capsys.readouterr().out
-    model = StepModel(tmp_path / "graph" / "run.onnx")
+    model = StepModel(tmp_path / "graph" / "graph.onnx")  # the graph is named after its folder
     assert model.info.task == "kws" and model.info.labels[-2:] == ["_unknown_", "_silence_"]
     with pytest.raises(SystemExit, match="multiple of the network's total stride"):
         main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "30"])
     # a run's checkpoint exports too (an unfinished run has no model.safetensors yet)
     assert main(["export", str(run), "--out", str(tmp_path / "ck"), "--checkpoint", "last", "--chunk", "32"]) == 0
-    assert StepModel(tmp_path / "ck" / "run.onnx").info.labels == model.info.labels
+    assert StepModel(tmp_path / "ck" / "ck.onnx").info.labels == model.info.labels
 
 
 def test_cli_trains_a_clean_and_noise_folder_end_to_end(tmp_path: Path, capsys) -> None:

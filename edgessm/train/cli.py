@@ -25,6 +25,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="override a config value, e.g. --set train.steps=500 (repeatable)")  # fmt: skip
     ap.add_argument("--steps", type=int, help="shortcut for --set train.steps=N")
     ap.add_argument("--batch-size", type=int, help="shortcut for --set train.batch_size=N (global batch)")
+    ap.add_argument("--stop-after", type=int, metavar="STEP", help="checkpoint and stop at this step (resume later)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to log.csv)")
 
 
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError, RunExistsError, RuntimeError) as e:
         raise SystemExit(f"edgessm train: {e}") from None
     try:
-        metrics = trainer.fit()
+        metrics = trainer.fit(stop_after=args.stop_after)
     except (FileNotFoundError, ValueError) as e:  # data problems surface when the datasets are built
         raise SystemExit(f"edgessm train: {e}") from None
     if trainer.rank == 0 and trainer.step >= cfg.train.steps:  # (an interrupted run has said where it stopped)
