@@ -79,6 +79,7 @@ class ExportReport:
     op_census: dict[str, int]
     unfriendly_ops: list[str]
     metadata: dict[str, str] = field(default_factory=dict)
+    budgets: dict[int, ExportReport] = field(default_factory=dict)  # the other budget graphs of a model folder
 
 
 def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata: dict[str, Any] | None = None,
@@ -151,6 +152,7 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata:
     fd, tmp_path = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     onnx.save(proto, tmp_path)
+    os.chmod(tmp_path, 0o644)  # mkstemp makes 0600 files
     os.replace(tmp_path, path)
     return report
 

@@ -109,5 +109,6 @@ def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, ca
         fd, tmp_out = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
         os.close(fd)
         onnx.save(q, tmp_out)
+        os.chmod(tmp_out, 0o644)  # mkstemp makes 0600 files
         os.replace(tmp_out, out_path)
     return keep
