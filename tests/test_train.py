@@ -203,8 +203,11 @@ def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["kws", "denoise", "asr"])
 def test_shipped_recipes_are_valid(name: str) -> None:
     from edgessm.data import augment
+    from edgessm.data.corpora import shared_data_dir
     from edgessm.train.tasks import _resolve, build_task
 
+    if shared_data_dir(required=False) is None:
+        pytest.skip("the shipped recipes read shared/data, which is not present")
     cfg = load_config(name)
     task = build_task(cfg)
     model = task.build_model()
