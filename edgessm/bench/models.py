@@ -3,6 +3,7 @@ per-chunk latency and peak memory, fp32 and int8 side by side, measured in one r
 
     python -m edgessm.bench models models/kws35/kws35.onnx models/kws35/kws35.int8.onnx
     edgessm bench models kws35            # every graph of a shipped model
+    edgessm bench kws35-es --budget 4     # an elastic (ES-SSM) model's graphs at budget 4 (or 2,4,8 or all)
 
 Each graph runs in its own child process (so peak memory is its own), single-threaded, on
 ``--seconds`` of audio streamed chunk by chunk after a short warm-up.
@@ -18,7 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-from edgessm.runtime.registry import MODELS_DIR, shipped_models
+from edgessm.runtime.registry import (
+    MODELS_DIR,
+    budget_graphs,
+    check_budget,
+    parse_budget,
+    parse_budgets,
+    resolve_graph,
+    shipped_models,
+)
 
 
 def _measure(path: str, seconds: float, threads: int, queue) -> None:
@@ -63,6 +72,8 @@ def _measure(path: str, seconds: float, threads: int, queue) -> None:
         "peak_mb": peak / 1024,
         "session_mb": (peak - base) / 1024,
         "int8": "quantization" in meta,
+        "budget": int(meta["budget"]) if "budget" in meta else None,
+        "states": sum(int(np.prod(i.shape)) for i in inputs[1:]),
     })  # fmt: skip
 
 
@@ -77,18 +88,48 @@ def measure(path: str | Path, seconds: float = 30.0, threads: int = 1) -> dict:
     return result
 
 
-def resolve(items: list[str]) -> list[Path]:
-    """Graph paths from paths or shipped model names (all ``*.onnx`` of ``models/<name>/``)."""
+def resolve(items: list[str], budget: str | None = None) -> list[Path]:
+    """Graph paths from paths, model folders or shipped model names (all ``*.onnx`` of a folder).
+
+    ``budget`` (``K``, ``K1,K2,...`` or ``all``): an elastic model's graphs at those budgets (fp32 and,
+    when exported, int8); a graph path must be at one of them."""
     out: list[Path] = []
     for item in items:
         p = Path(item)
-        if p.is_file():
+        folder = p if p.is_dir() else MODELS_DIR / item
+        if budget is not None:
+            try:
+                out += _budget_items(item, p, budget)
+            except (FileNotFoundError, ValueError) as e:
+                raise SystemExit(f"edgessm bench: {e}") from None
+        elif p.is_file():
             out.append(p)
-        elif (MODELS_DIR / item).is_dir():
-            out += sorted((MODELS_DIR / item).glob("*.onnx"))
+        elif folder.is_dir():
+            out += sorted(folder.glob("*.onnx"))
         else:
             raise SystemExit(f"{item!r} is neither an .onnx file nor a shipped model in {MODELS_DIR}")
     return out
+
+
+def _single(budget: str) -> bool:
+    return budget.strip() != "all" and "," not in budget
+
+
+def _budget_items(item: str, p: Path, budget: str) -> list[Path]:
+    if p.is_file():
+        if not _single(budget):
+            raise ValueError(f"{item} is one graph at one budget; give its model folder or name for budgets {budget}")
+        return [resolve_graph(p, budget=parse_budget(budget))]
+    fp32 = budget_graphs(item)
+    int8 = {}
+    folder = next(iter(fp32.values())).parent
+    if any(folder.glob("*.int8.onnx")):
+        int8 = budget_graphs(item, int8=True)
+    wanted = parse_budgets(budget, max(fp32))
+    missing = [k for k in wanted if k not in fp32]
+    if missing:
+        raise ValueError(f"{item} has no graph at budget {missing[0]} (exported: {', '.join(map(str, fp32))})")
+    return [g for k in wanted for g in ([fp32[k], int8[k]] if k in int8 else [fp32[k]])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,18 +137,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("graphs", nargs="*", help=".onnx files or shipped model names (default: every shipped model)")
     ap.add_argument("--seconds", type=float, default=30.0, help="audio streamed per graph")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--budget", metavar="K", help="elastic (ES-SSM) models: their graphs at budget K (K1,K2,... or all)"
+    )
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
     items = args.graphs or shipped_models()
-    graphs = resolve(items)
+    graphs = resolve(items, args.budget)
     if not graphs:
         raise SystemExit("no graphs to benchmark: name .onnx files or shipped models")
+    if args.budget is not None and _single(args.budget):
+        from edgessm.runtime.session import StepModel
+
+        for g in graphs:  # a graph path must be at the budget asked for
+            try:
+                check_budget(StepModel(g).info.extra, args.budget, g.name)
+            except ValueError as e:
+                raise SystemExit(f"edgessm bench: {e}") from None
     results = []
     for g in graphs:
         print(f"  measuring {g}", file=sys.stderr, flush=True)
         results.append(measure(g, args.seconds, args.threads))
+    elastic = any(r["budget"] is not None for r in results)
     head = (
-        f"{'graph':<34} {'params':>8} {'MFLOP/s':>8} {'chunk':>6} {'RTF':>8}"
+        f"{'graph':<34}{' K' if elastic else ''} {'params':>8} {'MFLOP/s':>8} {'chunk':>6} {'RTF':>8}"
         f" {'lat med ms':>10} {'lat p99 ms':>10} {'peak MB':>8}"
     )
     print(f"# {args.threads} thread(s), {args.seconds:.0f} s of audio per graph")
@@ -116,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         params = "-" if r["params"] is None else f"{r['params']:,}"
         mflops = "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}"
-        print(f"{Path(r['graph']).name:<34} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
+        k = (f"{r['budget']:>2}" if r["budget"] is not None else " -") if elastic else ""
+        print(f"{Path(r['graph']).name:<34}{k} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
               f"{r['latency_ms_median']:>10.3f} {r['latency_ms_p99']:>10.3f} {r['peak_mb']:>8.0f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

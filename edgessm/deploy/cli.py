@@ -2,6 +2,7 @@
 
 edgessm export runs/kws --out models/kws35 --chunk 256 --int8
 edgessm export kws35 --out /tmp/kws35-1024 --chunk 1024      # re-export a shipped model
+edgessm export runs/kws_es --out models/kws35-es --budget all  # elastic model: a graph per compute budget
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--int8", action="store_true", help="also write the int8 graph and report its quality change")
     ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold of the graph")
+    ap.add_argument(
+        "--budget",
+        metavar="K",
+        help="elastic (ES-SSM) models: also write NAME.kK.onnx at compute budget K (a list K1,K2,... or 'all': "
+        "2,3,4,6,8,12,16,24,32 up to K̄); NAME.onnx is always the full budget K̄",
+    )
 
 
 def verification_audio(seconds: float = 8.0) -> list:
@@ -53,16 +60,33 @@ def run(args: argparse.Namespace) -> int:
         net, desc = load_trained(args.model, args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
+    from edgessm.runtime.registry import NOT_ELASTIC, parse_budgets
+
     stride = model_stride(net)
     chunk = args.chunk or stride
     name = args.name or Path(args.out).name or Path(args.model).name
     meta = {"threshold": str(args.threshold)} if args.threshold is not None else {}
+    k_max = getattr(net, "k_max", None)
+    budgets = None
+    if args.budget is not None:
+        if k_max is None:
+            raise SystemExit(f"edgessm export: {NOT_ELASTIC}; {args.model} has no ES-SSM layers")
+        try:
+            budgets = parse_budgets(args.budget, k_max)
+        except ValueError as e:
+            raise SystemExit(f"edgessm export: --budget: {e}") from None
     try:
-        report, q = package(net, desc, args.out, name, chunk, args.int8, verification_audio(), args.tolerance, meta)
+        report, q = package(net, desc, args.out, name, chunk, args.int8, verification_audio(), args.tolerance, meta,
+                            budgets=budgets)  # fmt: skip
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
-    print(f"wrote {report.path} (chunk {chunk} samples = {1000 * chunk / 16000:.1f} ms, stride {stride})")
+    at = f", budget K̄ = {k_max}" if k_max is not None else ""
+    print(f"wrote {report.path} (chunk {chunk} samples = {1000 * chunk / 16000:.1f} ms, stride {stride}{at})")
     print(f"verified against PyTorch: max abs error {report.max_abs_error:.2e}")
+    for k, r in sorted(report.budgets.items()):
+        mflops = int(r.metadata["flops_per_second"]) / 1e6
+        print(f"wrote {r.path} (budget {k}: {int(r.metadata['params']):,} params, {mflops:.1f} MFLOP/s); "
+              f"max abs error {r.max_abs_error:.2e}")  # fmt: skip
     print("op census: " + ", ".join(f"{op} {n}" for op, n in report.op_census.items()))
     if report.unfriendly_ops:
         print("warning: ops outside the conservative NPU list: " + ", ".join(report.unfriendly_ops))

@@ -5,7 +5,10 @@
       model.safetensors   the weights (to re-export at another chunk size, or fine-tune)
       <name>.onnx         stepwise fp32 graph, verified against the PyTorch forward
       <name>.int8.onnx    int8 QDQ graph with the state path in float32 (``int8=True``)
-      manifest.json       sha256 of each file above; the runtime refuses a graph that does not match
+      <name>.k<K>.onnx    elastic (ES-SSM) models: the graph at compute budget K (``<name>.onnx`` is at K̄),
+                          with ``<name>.k<K>.int8.onnx`` beside it when ``int8=True``
+      manifest.json       sha256 of each file above; the runtime refuses a graph that does not match;
+                          ``budgets`` maps each budget to its graph, ``k_max`` is K̄
 
 Calibration audio for int8 is real speech that no evaluation uses (Speech Commands training clips
 and read sentences) mixed with noise; the int8 graph's quality change is measured on held-out data.
@@ -147,20 +150,45 @@ def write_manifest(folder: Path, files: list[str], extra: dict[str, Any]) -> Pat
 
 def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: str, chunk: int,
             int8: bool = False, verify_audio: list[np.ndarray] | None = None, tolerance: float = 1e-4,
-            metadata: dict[str, Any] | None = None,
-            calibration: list[np.ndarray] | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
+            metadata: dict[str, Any] | None = None, calibration: list[np.ndarray] | None = None,
+            budgets: list[int] | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
     """Write the model folder ``out`` (see the module docstring); returns the fp32 export report and
     the int8 report (nodes kept float, quality change) or ``{}``. ``metadata`` adds graph metadata
     (e.g. a keyword spotter's default ``threshold``); ``calibration`` replaces :func:`calibration_audio`.
-    The held-out KWS accuracy check runs when the shared data is present."""
+    The held-out KWS accuracy check runs when the shared data is present.
+
+    Elastic (ES-SSM) networks: ``name.onnx`` runs at the full budget ``K̄`` and every other budget of
+    ``budgets`` gets its own graph ``name.kK.onnx``, each verified against PyTorch at its budget
+    (``report.budgets`` holds their reports); graph metadata ``budget`` and ``k_max``. Refused (``ValueError``)
+    for a network without ES-SSM layers."""
     from safetensors.torch import save_file
 
+    k_max = getattr(net, "k_max", None)
+    if budgets and k_max is None:
+        raise ValueError(f"--budget applies to ES-SSM models only; this {desc['network']} model has no ES-SSM layers")
+    bad = [k for k in budgets or [] if not 1 <= k <= k_max]
+    if bad:
+        raise ValueError(f"budget {bad[0]} is outside 1..{k_max} (the model's K̄)")
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     meta = {"task": desc["network"], "labels": desc.get("labels", []), "model_name": name, **(metadata or {})}
     graph = folder / f"{name}.onnx"
-    report = export_onnx(net, graph, chunk, meta, verify_audio, tolerance)
-    files = [graph.name, "model.json", "model.safetensors"]
+    graphs = {graph: k_max}  # graph -> budget (None: not elastic)
+    graphs.update({folder / f"{name}.k{k}.onnx": k for k in sorted(set(budgets or [])) if k != k_max})
+    reports: dict[Path, ExportReport] = {}
+    try:
+        for path, k in graphs.items():
+            extra = {}
+            if k is not None:
+                net.set_budget(k)
+                extra = {"budget": str(k), "k_max": str(k_max)}
+            reports[path] = export_onnx(net, path, chunk, {**meta, **extra}, verify_audio, tolerance)
+    finally:
+        if k_max is not None:
+            net.set_budget(k_max)
+    report = reports[graph]
+    report.budgets = {graphs[p]: r for p, r in reports.items() if p != graph}
+    files = [p.name for p in graphs] + ["model.json", "model.safetensors"]
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".model.safetensors.", suffix=".tmp")
     os.close(fd)
@@ -170,10 +198,14 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     _write_text(folder / "model.json", json.dumps(desc, indent=1) + "\n")
     q: dict[str, Any] = {}
     if int8:
+        calib = calibration if calibration is not None else calibration_audio()
         qpath = folder / f"{name}.int8.onnx"
-        kept = quantize_int8(graph, qpath, calibration if calibration is not None else calibration_audio())
-        files.append(qpath.name)
-        q = {"kept_float": len(kept), "kept_float_nodes": kept}
+        for path in graphs:  # every budget graph gets its int8 twin; the quality checks below use K̄'s
+            qp = path.with_name(path.name[: -len(".onnx")] + ".int8.onnx")
+            kept = quantize_int8(path, qp, calib)
+            files.append(qp.name)
+            if path == graph:
+                q = {"kept_float": len(kept), "kept_float_nodes": kept}
         if verify_audio:
             q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
         if shared_data_dir(required=False) is not None:
@@ -183,5 +215,7 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
                 q.update(denoise_int8_quality(graph, qpath))
     digest = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
     extra = {"weights_sha256": report.metadata["weights_sha256"], "description_sha256": digest, "chunk": chunk}
+    if k_max is not None:
+        extra.update(k_max=k_max, budgets={str(k): p.name for p, k in sorted(graphs.items(), key=lambda i: i[1])})
     write_manifest(folder, files, extra)
     return report, q

@@ -4,6 +4,8 @@ edgessm eval kws35                          # every keyword-spotting set, the fp
 edgessm eval kws35 --int8 --sets sc-test    # the int8 graph on the Speech Commands test clips
 edgessm eval my.onnx --out reports/my       # report.json, report.md and plots in reports/my
 edgessm eval kws35 --choose-threshold       # pick the decision threshold on validation streams (no test data)
+edgessm eval kws35-es --budget 4            # an elastic (ES-SSM) model's graph at compute budget 4
+edgessm eval kws35-es --budget-sweep --out reports/es   # accuracy and RTF at every exported budget (table + plot)
 """
 
 from __future__ import annotations
@@ -19,9 +21,21 @@ KWS_SETS = ("sc-test", "synth-test", "fsdd", "streams")
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("model", help="shipped model name or path to an exported .onnx graph")
+    ap.add_argument("model", help="shipped model name, model folder or path to an exported .onnx graph")
     ap.add_argument("--int8", action="store_true", help="the int8 graph of a shipped model")
-    ap.add_argument("--sets", default=",".join(KWS_SETS), help=f"comma-separated, from {', '.join(KWS_SETS)}")
+    ap.add_argument("--sets", help=f"comma-separated, from {', '.join(KWS_SETS)} (default: all; sc-test with "
+                                   "--budget-sweep)")  # fmt: skip
+    ap.add_argument("--budget", metavar="K", help="elastic (ES-SSM) models: evaluate the graph at compute budget K")
+    ap.add_argument(
+        "--budget-sweep",
+        action="store_true",
+        help="elastic models: clip accuracy and single-thread RTF of every budget graph (Markdown table; with "
+        "--out also report.json, report.md and budget_sweep.png)",
+    )
+    ap.add_argument("--budgets", help="budgets of the sweep, e.g. 2,4,8,32 (default: every exported budget)")
+    ap.add_argument("--compare", nargs="+", metavar="MODEL",
+                    help="more elastic models swept alongside on the same clips (e.g. the ablations)")  # fmt: skip
+    ap.add_argument("--rtf-seconds", type=float, default=20.0, help="audio per RTF measurement of the sweep (0: none)")
     ap.add_argument("--keywords-per-background", type=int, default=150,
                     help="keywords placed in each of the speech, music and noise test streams")  # fmt: skip
     ap.add_argument("--keyword-free-hours", type=float, default=1.0, help="audio for false accepts per hour")
@@ -55,29 +69,36 @@ def _progress(enabled: bool):
 
 def run(args: argparse.Namespace) -> int:
     from edgessm.runtime.kws import DecisionConfig
-    from edgessm.runtime.registry import resolve_graph
+    from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
     from . import kws
     from .report import kws_markdown, kws_plots
 
-    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    sets = [s.strip() for s in (args.sets or ",".join(KWS_SETS)).split(",") if s.strip()]
     unknown = set(sets) - set(KWS_SETS)
     if unknown:
         raise SystemExit(f"edgessm eval: unknown sets {sorted(unknown)}; choose from {', '.join(KWS_SETS)}")
+    progress = _progress(not args.no_progress and sys.stderr.isatty())
+    if args.budget_sweep:
+        return _budget_sweep(args, sets if args.sets else ["sc-test"], progress)
+    if args.budgets or args.compare:
+        raise SystemExit("edgessm eval: --budgets and --compare go with --budget-sweep")
     try:
-        path = resolve_graph(args.model, int8=args.int8)
+        path = resolve_graph(args.model, int8=args.int8, budget=args.budget)
         model = StepModel(path, threads=args.threads)
+        check_budget(model.info.extra, args.budget, path.name)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm eval: {e}") from None
     if model.info.task != "kws":
         raise SystemExit(f"edgessm eval: {path} is a {model.info.task or 'non-keyword'} graph; only kws is evaluated")
-    progress = _progress(not args.no_progress and sys.stderr.isatty())
     if args.choose_threshold:
         return _choose_threshold(model, args, progress)
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
     report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
                     "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
+    if "budget" in model.info.extra:
+        report["budget"] = int(model.info.extra["budget"])
     results = {}
     for name in sets:
         if name == "streams":
@@ -107,6 +128,54 @@ def run(args: argparse.Namespace) -> int:
         _write(out / "report.md", md)
         for f in kws_plots(report, out):
             print(f"wrote {f}", file=sys.stderr)
+        print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def _budget_sweep(args: argparse.Namespace, sets: list[str], progress) -> int:
+    from edgessm.runtime.registry import budget_graphs, model_folder, parse_budgets
+    from edgessm.runtime.session import StepModel
+
+    from .budget import sweep, sweep_markdown, sweep_plot
+
+    if args.budget is not None:
+        raise SystemExit("edgessm eval: --budget-sweep runs every budget; --budget picks one (use --budgets)")
+    if "streams" in sets:
+        raise SystemExit("edgessm eval: --budget-sweep measures clip sets only (sc-test, synth-test, fsdd)")
+    models = []
+    for item in [args.model, *(args.compare or [])]:
+        try:
+            graphs = budget_graphs(item, int8=args.int8)
+            if args.budgets:
+                wanted = parse_budgets(args.budgets, max(graphs))
+                missing = [k for k in wanted if k not in graphs]
+                if missing:
+                    raise ValueError(
+                        f"{item} has no graph at budget {missing[0]} (exported: {', '.join(map(str, graphs))}); "
+                        f"write them with `edgessm export MODEL --out DIR --budget {args.budgets}`"
+                    )
+                graphs = {k: graphs[k] for k in wanted}
+            info = StepModel(next(iter(graphs.values()))).info
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"edgessm eval: {e}") from None
+        if info.task != "kws":
+            raise SystemExit(f"edgessm eval: {item} is a {info.task or 'non-keyword'} model; only kws is evaluated")
+        models.append((model_folder(item).name, graphs))
+    labels = [m for m, _ in models]
+    if len(set(labels)) < len(labels):
+        models = [(str(item), g) for item, (_, g) in zip([args.model, *(args.compare or [])], models, strict=True)]
+    report = sweep(models, sets, args.rtf_seconds, args.threads, progress,
+                   log=lambda msg: print(msg, file=sys.stderr, flush=True))  # fmt: skip
+    md = sweep_markdown(report)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        _write(out / "report.json", json.dumps({"budget_sweep": report}, indent=1))
+        _write(out / "report.md", md)
+        plot = sweep_plot(report, out)
+        if plot is not None:
+            print(f"wrote {plot}", file=sys.stderr)
         print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
     return 0
 

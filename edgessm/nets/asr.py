@@ -10,13 +10,14 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
+from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import Counts, State
 
-from .backbone import centaurus_backbone
+from .backbone import ElasticOptions, centaurus_backbone
 
 
 @dataclass
-class CtcRecognizerConfig:
+class CtcRecognizerConfig(ElasticOptions):
     vocab_size: int = 29  # blank + space + apostrophe + a..z
     channels: list[int] = field(default_factory=lambda: [8, 16, 64, 96, 128, 128])
     states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 128])
@@ -29,14 +30,14 @@ class CtcRecognizerConfig:
     pre_conv: int = 0
 
 
-class CtcRecognizer(nn.Module):
+class CtcRecognizer(ElasticBudget, nn.Module):
     """``(B, 1, T) -> (B, vocab, T // stride)`` CTC logits."""
 
     def __init__(self, cfg: CtcRecognizerConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.encoder = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
-                                        cfg.pre_conv)  # fmt: skip
+                                        cfg.pre_conv, cfg.essm_kwargs())  # fmt: skip
         self.classifier = nn.Conv1d(cfg.channels[-1], cfg.vocab_size, 1)
 
     @property

@@ -1,16 +1,53 @@
 """The Centaurus classifier backbone shared by the keyword spotter and the recognizer: residual
-SSM blocks (the first without a skip), each followed by average pooling (paper App. E.1)."""
+SSM blocks (the first without a skip), each followed by average pooling (paper App. E.1).
+
+Any block may be an elastic spectral SSM (``kind = "essm"``, :class:`~edgessm.ssm.ElasticSpectralSSM`):
+its ``states`` entry is ``K̄``, the number of spectral channels, and its options come from the network
+config's ``essm_*`` fields (:class:`ElasticOptions`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
 
 
+@dataclass
+class ElasticOptions:
+    """Config fields of the ES-SSM blocks of a network (blocks whose kind is ``"essm"``).
+
+    ``essm_length``: Hankel filter length ``L`` in samples at the block's own rate (frames after pooling).
+    ``essm_mode``: ``fir`` (exact filters, receptive field ``L``), ``lds`` (distilled LDS) or ``auto``.
+    ``essm_gate``: the input-adaptive gate; ``false``: uniform weights over the active channels (ablation).
+    ``essm_budget_dropout``: train over sampled budgets (``true``, or a table of
+    :class:`~edgessm.ssm.BudgetDropout` fields); ``false``: always at ``K̄`` (ablation).
+    """
+
+    essm_length: int = 64
+    essm_mode: str = "fir"
+    essm_gate: bool = True
+    essm_budget_dropout: Any = True
+
+    def essm_kwargs(self) -> dict[str, Any]:
+        return {"length": self.essm_length, "mode": self.essm_mode, "gate": self.essm_gate,
+                "budget_dropout": self.essm_budget_dropout}  # fmt: skip
+
+
+def block_kwargs(kind: str, essm: dict[str, Any] | None) -> dict[str, Any]:
+    """The SSM options of a block of ``kind``: the ES-SSM options for ``essm``, none otherwise."""
+    return dict(essm or {}) if kind == "essm" else {}
+
+
 def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Sequence[str], pools: Sequence[int],
-                       n_sub: int = 4, dropout: float = 0.0, pre_conv: int = 0) -> StreamSequential:  # fmt: skip
-    """``(B, 1, T) -> (B, channels[-1], T / prod(pools))``; a pool of 1 adds no layer."""
+                       n_sub: int = 4, dropout: float = 0.0, pre_conv: int = 0,
+                       essm: dict[str, Any] | None = None) -> StreamSequential:  # fmt: skip
+    """``(B, 1, T) -> (B, channels[-1], T / prod(pools))``; a pool of 1 adds no layer.
+
+    ``essm``: options of the ES-SSM blocks (``length``, ``mode``, ``gate``, ``budget_dropout``).
+    """
     n = len(channels)
     if not (len(states) == len(kinds) == len(pools) == n):
         raise ValueError("channels, states, kinds and pools must have one entry per block")
@@ -19,7 +56,7 @@ def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Se
     for i in range(n):
         layers.append(
             CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0, dropout=dropout,
-                           pre_conv=pre_conv if c_in > 1 else 0)
+                           pre_conv=pre_conv if c_in > 1 else 0, **block_kwargs(kinds[i], essm))
         )  # fmt: skip
         if pools[i] > 1:
             layers.append(AvgPool(pools[i]))

@@ -1,10 +1,12 @@
 """Raw-waveform hourglass denoiser (paper Sec. 5.2, App. E.2, Table 6).
 
 Encoder level i: residual SSM block (c_i -> c_i), then a strided convolution (c_i -> c_{i+1}, r_i).
-Bottleneck: pointwise-bottleneck blocks at the deepest width. Decoder level i (mirrored):
-transposed convolution (c_{i+1} -> c_i, r_i), add the encoder's level-i input (long skip), residual
-SSM block. Output: SSM blocks at the input width, the last one linear. Everything is causal; the
-algorithmic latency is the total stride (an upsampled sample depends on its whole coarse frame).
+Bottleneck: pointwise-bottleneck blocks at the deepest width (``bottleneck_kind``; ``"essm"`` makes them
+elastic spectral SSMs with ``K̄ = bottleneck_states``, as any level whose ``kinds`` entry is ``"essm"``).
+Decoder level i (mirrored): transposed convolution (c_{i+1} -> c_i, r_i), add the encoder's level-i
+input (long skip), residual SSM block. Output: SSM blocks at the input width, the last one linear.
+Everything is causal; the algorithmic latency is the total stride (an upsampled sample depends on its
+whole coarse frame).
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ from fractions import Fraction
 
 from torch import Tensor, nn
 
-from edgessm.ssm import CentaurusBlock, Counts, DownConv, Streamable, UpConv
+from edgessm.ssm import CentaurusBlock, Counts, DownConv, ElasticBudget, Streamable, UpConv
+
+from .backbone import ElasticOptions, block_kwargs
 
 
 @dataclass
-class HourglassConfig:
+class HourglassConfig(ElasticOptions):
     channels: list[int] = field(default_factory=lambda: [8, 16, 32, 48, 64, 96])
     states: list[int] = field(default_factory=lambda: [4, 4, 16, 16, 32, 32])
     kinds: list[str] = field(
@@ -26,13 +30,14 @@ class HourglassConfig:
     )
     pools: list[int] = field(default_factory=lambda: [4, 4, 2, 2, 2, 2])
     bottleneck_states: int = 64
+    bottleneck_kind: str = "pointwise"
     n_bottleneck: int = 2
     n_sub: int = 4
     pre_conv: int = 4
     in_channels: int = 1
 
 
-class Hourglass(Streamable):
+class Hourglass(ElasticBudget, Streamable):
     """``(B, 1, T) -> (B, 1, T)``; ``T`` a multiple of the total stride. Streams with ``step``."""
 
     def __init__(self, cfg: HourglassConfig) -> None:
@@ -44,12 +49,17 @@ class Hourglass(Streamable):
         widths = [cfg.in_channels, *cfg.channels]
 
         # level i works at width widths[i] and resamples to widths[i + 1]
+        essm = cfg.essm_kwargs()
+
         def blk(kind: str, c: int, states: int, **kw) -> CentaurusBlock:
-            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=cfg.pre_conv if c > 1 else 0, **kw)
+            pre = cfg.pre_conv if c > 1 else 0
+            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=pre, **kw, **block_kwargs(kind, essm))
 
         self.enc = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i]) for i in range(n))
         self.down = nn.ModuleList(DownConv(widths[i], widths[i + 1], cfg.pools[i]) for i in range(n))
-        self.mid = nn.ModuleList(blk("pointwise", widths[-1], cfg.bottleneck_states) for _ in range(cfg.n_bottleneck))
+        self.mid = nn.ModuleList(
+            blk(cfg.bottleneck_kind, widths[-1], cfg.bottleneck_states) for _ in range(cfg.n_bottleneck)
+        )
         self.up = nn.ModuleList(UpConv(widths[i + 1], widths[i], cfg.pools[i]) for i in range(n))
         self.dec = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i]) for i in range(n))
         c0 = widths[0]

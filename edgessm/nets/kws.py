@@ -16,13 +16,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import Counts, State
 
-from .backbone import centaurus_backbone
+from .backbone import ElasticOptions, centaurus_backbone
 
 
 @dataclass
-class KeywordSpotterConfig:
+class KeywordSpotterConfig(ElasticOptions):
     num_classes: int = 35
     channels: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128])
     states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 256])
@@ -36,14 +37,17 @@ class KeywordSpotterConfig:
     window: int = 62  # head window in frames (62 x 256 samples ~ 1 s: GAP over a training clip)
 
 
-class KeywordSpotter(nn.Module):
-    """``(B, 1, T) -> (B, num_classes)`` logits; ``frames(x)`` gives the backbone ``(B, C, T/stride)``."""
+class KeywordSpotter(ElasticBudget, nn.Module):
+    """``(B, 1, T) -> (B, num_classes)`` logits; ``frames(x)`` gives the backbone ``(B, C, T/stride)``.
+
+    With ES-SSM blocks (``kinds`` entries ``"essm"``), ``net.budget = K`` sets the compute budget of all of them.
+    """
 
     def __init__(self, cfg: KeywordSpotterConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.backbone = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
-                                        cfg.pre_conv)  # fmt: skip
+                                        cfg.pre_conv, cfg.essm_kwargs())  # fmt: skip
         c = cfg.channels[-1]
         self.head = nn.Sequential(nn.Linear(c, c), nn.SiLU(), nn.Linear(c, cfg.num_classes))
 

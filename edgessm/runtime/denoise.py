@@ -54,7 +54,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="denoise", help="shipped model name or path to a denoising .onnx graph")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--chunk", type=int, help="check the graph's chunk (samples at 16 kHz; fixed at export)")
-    ap.add_argument("--budget", type=float, help="compute budget of an elastic (ES-SSM) model")
+    ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     ap.add_argument(
         "--atten-lim",
@@ -385,7 +385,7 @@ def _sigterm_unwinds() -> Iterator[None]:
 
 def load_model(args: argparse.Namespace):
     """The denoising graph named by ``--model``/``--int8``, checked against ``--chunk``/``--budget``."""
-    from .registry import resolve_graph
+    from .registry import check_budget, resolve_graph
     from .session import StepModel
 
     if args.int8 and str(args.model).endswith(".onnx") and ".int8." not in Path(args.model).name:
@@ -393,7 +393,7 @@ def load_model(args: argparse.Namespace):
     if args.threads < 1:
         raise DenoiseError(f"--threads must be at least 1, got {args.threads}")
     try:
-        model = StepModel(resolve_graph(args.model, int8=args.int8), threads=args.threads)
+        model = StepModel(resolve_graph(args.model, int8=args.int8, budget=args.budget), threads=args.threads)
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: onnxruntime cannot parse the file
         raise DenoiseError(str(e)) from None
     info, name = model.info, model.path.name
@@ -409,15 +409,10 @@ def load_model(args: argparse.Namespace):
             f"fixed when the graph is exported. Export one for {args.chunk}-sample chunks with "
             f"`edgessm export {source} --out DIR --chunk {args.chunk}` and pass its .onnx with --model"
         )
-    if args.budget is not None:
-        budget = info.extra.get("budget")
-        if budget is None:
-            raise DenoiseError(f"--budget applies to ES-SSM models only; {name} has no compute budget")
-        if float(budget) != args.budget:
-            raise DenoiseError(
-                f"{name} was exported at budget {budget}: the budget is fixed at export; export the model again "
-                f"at budget {args.budget:g}"
-            )
+    try:
+        check_budget(info.extra, args.budget, name)  # a graph path given with --budget must be at that budget
+    except ValueError as e:
+        raise DenoiseError(str(e)) from None
     return model
 
 

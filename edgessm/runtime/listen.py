@@ -46,6 +46,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
     ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
+    ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="one JSON object per detection (and no meter)")
     ap.add_argument("--quiet", action="store_true", help="no live level meter on the terminal")
@@ -185,14 +186,15 @@ def run(args: argparse.Namespace) -> int:
     from edgessm.data.audio import AudioError, load_audio
 
     from .kws import DecisionConfig, KeywordDecider
-    from .registry import resolve_graph
+    from .registry import check_budget, resolve_graph
     from .session import StepModel
 
     if args.list_devices:
         print(_sounddevice().query_devices())
         return 0
     try:
-        model = StepModel(resolve_graph(args.model, int8=args.int8), threads=args.threads)
+        model = StepModel(resolve_graph(args.model, int8=args.int8, budget=args.budget), threads=args.threads)
+        check_budget(model.info.extra, args.budget, model.path.name)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm listen: {e}") from None
     info = model.info

@@ -4,13 +4,17 @@ Modules:
     discretize  diagonal modes, S4D-Lin initialisation, ZOH transition, powers of Ā
     kernels     kernel generation without materialising basis kernels (the paper's get_kernel)
     fftconv     causal FFT convolution, the bottleneck contraction planner and its FLOP model
-    blocks      depthwise (S4D), pointwise bottleneck (S5), bottleneck and full SSM blocks
+    blocks      depthwise (S4D), pointwise bottleneck (S5), bottleneck and full SSM blocks; make_ssm
+    hankel      the Hankel spectral basis of ES-SSM (float64, cached)
+    distill     SpectraLDS: the Hankel filters distilled into a prefix-nested decaying LDS
+    essm        the elastic spectral SSM (ES-SSM): gate, runtime budget, budget dropout, FIR/LDS streaming
     resample    causal pooling, strided / transposed convolutions, causal depthwise Conv1d
     residual    the Centaurus residual block (Fig. 5)
     stream      the streaming contract (``forward`` beside ``step``), counts, helpers
 """
 
 from .blocks import (
+    BLOCK_KINDS,
     SSM_KINDS,
     BottleneckSSM,
     DepthwiseSSM,
@@ -19,21 +23,26 @@ from .blocks import (
     SSMLayer,
     make_ssm,
 )
+from .essm import BudgetDropout, ElasticBudget, ElasticSpectralSSM, sample_train_budget, set_budget
 from .fftconv import Plan, bottleneck_flops, causal_conv, cheapest_plan, plan_bottleneck
 from .resample import AvgPool, CausalDepthwiseConv, DownConv, UpConv
 from .residual import CentaurusBlock, ChannelNorm, trainable_parameters
 from .stream import Counts, Streamable, StreamSequential, flops_per_second, run_chunked
 
 __all__ = [
+    "BLOCK_KINDS",
     "SSM_KINDS",
     "AvgPool",
     "BottleneckSSM",
+    "BudgetDropout",
     "CausalDepthwiseConv",
     "CentaurusBlock",
     "ChannelNorm",
     "Counts",
     "DepthwiseSSM",
     "DownConv",
+    "ElasticBudget",
+    "ElasticSpectralSSM",
     "FullSSM",
     "Plan",
     "PointwiseBottleneckSSM",
@@ -48,5 +57,7 @@ __all__ = [
     "make_ssm",
     "plan_bottleneck",
     "run_chunked",
+    "sample_train_budget",
+    "set_budget",
     "trainable_parameters",
 ]

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .discretize import DiagonalModes, dt_grid, powers, s4d_imag
+from .essm import ElasticSpectralSSM
 from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, plan_bottleneck
 from .kernels import modal_kernel
 from .stream import Counts, State, Streamable, causal_toeplitz
@@ -466,10 +467,22 @@ SSM_KINDS: dict[str, type[SSMLayer]] = {
 }
 
 
-def make_ssm(kind: str, h_in: int, h_out: int, n_states: int, n_sub: int = 4, **kwargs) -> SSMLayer:
-    """Build an SSM block by name: ``depthwise``, ``pointwise`` (S5), ``bottleneck`` or ``full``."""
+BLOCK_KINDS: tuple[str, ...] = (*SSM_KINDS, "essm")  # every kind make_ssm builds
+
+
+def make_ssm(
+    kind: str, h_in: int, h_out: int, n_states: int, n_sub: int = 4, **kwargs
+) -> SSMLayer | ElasticSpectralSSM:
+    """Build an SSM block by name: ``depthwise``, ``pointwise`` (S5), ``bottleneck``, ``full`` or ``essm``.
+
+    ``essm`` is the elastic spectral SSM (:class:`~.essm.ElasticSpectralSSM`) with ``K̄ = n_states`` spectral
+    channels; ``kwargs`` are its options (``length``, ``mode``, ``gate``, ``budget_dropout``, ...); ``n_sub``
+    is ignored.
+    """
+    if kind == "essm":
+        return ElasticSpectralSSM(h_in, h_out, k_max=n_states, **kwargs)
     if kind not in SSM_KINDS:
-        raise ValueError(f"unknown SSM kind {kind!r}; choose one of {sorted(SSM_KINDS)}")
+        raise ValueError(f"unknown SSM kind {kind!r}; choose one of {sorted(BLOCK_KINDS)}")
     if kind == "bottleneck":
         return BottleneckSSM(h_in, h_out, n_states, n_sub, **kwargs)
     return SSM_KINDS[kind](h_in, h_out, n_states, **kwargs)

@@ -94,8 +94,11 @@ class ElasticSpectralSSM(Streamable):
         budget: inference budget ``K`` (default ``K̄``); also settable as ``layer.budget = K``.
         mode: ``"fir"`` (exact Hankel filters), ``"lds"`` (distilled LDS) or ``"auto"`` (see :meth:`choose_mode`).
         budget_dropout: training-budget sampler: ``True`` for :class:`BudgetDropout` defaults, a
-            :class:`BudgetDropout` or any ``(k_max, generator) -> int``, ``None``/``False`` to train at ``budget``.
+            :class:`BudgetDropout` (or a dict of its fields) or any ``(k_max, generator) -> int``,
+            ``None``/``False`` to train at ``budget``.
             Each forward in training samples anew unless ``train_budget`` is set (see :func:`sample_train_budget`).
+        gate: ``False`` replaces the input-adaptive gate by uniform weights ``α_k = 1/K`` over the active
+            channels (the paper's "no gate" ablation; no gate parameters then).
         gate_hidden: width of the gate MLP (default ``max(1, H // 2)``).
         lds_tol: distillation tolerance of the ``lds`` mode (in-window relative ℓ2 error per filter).
         m_std: initial standard deviation of ``M_k`` (default ``1/sqrt(H)``).
@@ -115,7 +118,8 @@ class ElasticSpectralSSM(Streamable):
         *,
         budget: int | None = None,
         mode: Mode | Literal["auto"] = "fir",
-        budget_dropout: BudgetDropout | BudgetSampler | bool | None = True,
+        budget_dropout: BudgetDropout | BudgetSampler | bool | dict | None = True,
+        gate: bool = True,
         gate_hidden: int | None = None,
         lds_tol: float = DEFAULT_TOL,
         m_std: float | None = None,
@@ -126,16 +130,18 @@ class ElasticSpectralSSM(Streamable):
         h_out = h_in if h_out is None else h_out
         self.h_in, self.h_out, self.length, self.k_max = h_in, h_out, length, k_max
         self.basis: HankelBasis = hankel_basis(length, k_max)
-        hidden = gate_hidden or max(1, h_in // 2)
-        self.gate_in = nn.Linear(h_in, hidden)
-        self.gate_out = nn.Linear(hidden, k_max)
-        nn.init.constant_(self.gate_out.bias, -2.0)  # as the official code (uniform weights after eq. 8b)
+        self.use_gate = bool(gate)
+        self.gate_in: nn.Linear | None = None
+        self.gate_out: nn.Linear | None = None
+        if self.use_gate:
+            hidden = gate_hidden or max(1, h_in // 2)
+            self.gate_in = nn.Linear(h_in, hidden)
+            self.gate_out = nn.Linear(hidden, k_max)
+            nn.init.constant_(self.gate_out.bias, -2.0)  # as the official code (uniform weights after eq. 8b)
         self.M = nn.Parameter(torch.randn(k_max, h_out, h_in) * (m_std if m_std is not None else h_in**-0.5))
         self.D = nn.Parameter(torch.empty(h_out, h_in))
         nn.init.kaiming_uniform_(self.D, a=math.sqrt(5))  # the nn.Linear default
-        if budget_dropout is True:
-            budget_dropout = BudgetDropout()
-        self.budget_dropout: BudgetSampler | None = budget_dropout or None
+        self.budget_dropout: BudgetSampler | None = budget_sampler(budget_dropout)
         self.lds_tol = lds_tol
         self._bank: LDSBank | None = None
         self._consts: OrderedDict[tuple, object] = OrderedDict()
@@ -228,8 +234,17 @@ class ElasticSpectralSSM(Streamable):
         full = self._cache(key, lambda: torch.as_tensor(self.basis.scale(), dtype=like.dtype, device=like.device))
         return full[:k]
 
+    def _mix(self, k: int, like: Tensor) -> Tensor:
+        """``σ_k^{1/4} M_k`` for ``k <= K`` as ``(K, H', H)``; without a gate the uniform ``1/K`` is folded in."""
+        scale = self._scale(k, like)
+        if not self.use_gate:
+            scale = scale / k
+        return self.M[:k] * scale[:, None, None]
+
     def gate_logits(self, u_tm: Tensor, k: int) -> Tensor:
         """Eq. 8c for the first ``k`` channels only: ``(B, T, H) -> (B, T, k)``."""
+        if self.gate_in is None or self.gate_out is None:
+            raise ValueError("this ES-SSM layer has no gate (gate=False: uniform weights over the active channels)")
         h = F.gelu(F.linear(u_tm, self.gate_in.weight, self.gate_in.bias), approximate="tanh")
         return F.linear(h, self.gate_out.weight[:k], self.gate_out.bias[:k])
 
@@ -244,7 +259,10 @@ class ElasticSpectralSSM(Streamable):
     def gate_weights(self, u: Tensor, budget: int | None = None) -> Tensor:
         """``α^{(K)}(t)`` for all ``K̄`` channels, ``(B, H, T) -> (B, K̄, T)``: exactly 0 above ``K``."""
         k = self.budget if budget is None else budget
-        a = self._gate(u.transpose(1, 2), k).transpose(1, 2)
+        if not self.use_gate:
+            a = u.new_full((u.shape[0], k, u.shape[-1]), 1.0 / k)
+        else:
+            a = self._gate(u.transpose(1, 2), k).transpose(1, 2)
         return F.pad(a, (0, 0, 0, self.k_max - k))
 
     def _forward_budget(self, budget: int | None) -> int:
@@ -281,8 +299,8 @@ class ElasticSpectralSSM(Streamable):
         k = self._forward_budget(budget)
         b, h, n = u.shape
         x = u.float() if u.dtype in (torch.float16, torch.bfloat16) else u
-        alpha = self._gate(x.transpose(1, 2), k).transpose(1, 2).to(x.dtype)  # (B, K, T)
-        mix = (self.M[:k] * self._scale(k, x)[:, None, None]).permute(1, 0, 2).reshape(self.h_out, k * h)
+        alpha = self._gate(x.transpose(1, 2), k).transpose(1, 2).to(x.dtype) if self.use_gate else None  # (B, K, T)
+        mix = self._mix(k, x).permute(1, 0, 2).reshape(self.h_out, k * h)
         y = self.D.to(x.dtype) @ x
         if n == 0:
             return y
@@ -294,7 +312,7 @@ class ElasticSpectralSSM(Streamable):
             k1 = min(k, k0 + self.k_block)
             # (φ_k * u)(t) for k0 <= k < k1: causal convolution (eq. 1), the first n samples of the linear one
             feats = torch.fft.irfft(uf[:, None] * kf[None, k0:k1, None], n=n_fft)[..., :n]  # (B, k, H, T)
-            z = feats * alpha[:, k0:k1, None, :]  # α_k(t) (φ_k * u)(t)
+            z = feats if alpha is None else feats * alpha[:, k0:k1, None, :]  # α_k(t) (φ_k * u)(t)
             y = y + mix[:, k0 * h : k1 * h] @ z.reshape(b, (k1 - k0) * h, n)  # Σ_k σ_k^{1/4} M_k (...)
         return y
 
@@ -341,9 +359,10 @@ class ElasticSpectralSSM(Streamable):
             feats.append(f)
         f = feats[0] if len(feats) == 1 else torch.cat(feats, dim=2)  # (B, H, T, K): (φ_k * u)(t)
         u_tm = u.transpose(1, 2)
-        alpha = self._gate(u_tm, k).to(u.dtype)  # (B, T, K)
-        z = f.permute(0, 2, 3, 1) * alpha.unsqueeze(-1)  # (B, T, K, H)
-        mix = (self.M[:k] * self._scale(k, u)[:, None, None]).permute(0, 2, 1).reshape(k * h, self.h_out)
+        z = f.permute(0, 2, 3, 1)  # (B, T, K, H)
+        if self.use_gate:
+            z = z * self._gate(u_tm, k).to(u.dtype).unsqueeze(-1)  # α_k(t)
+        mix = self._mix(k, u).permute(0, 2, 1).reshape(k * h, self.h_out)
         y = z.reshape(b, t, k * h) @ mix + u_tm @ self.D.T
         return y, [x]
 
@@ -453,11 +472,15 @@ class ElasticSpectralSSM(Streamable):
         Gate (``2 H G + 2 G K``, tanh-GELU ≈ 8 per unit, RMS + softmax ≈ 8 per channel), filters per
         channel (``2 L K`` FIR; ``8 S + 2 Σ_{k<=K} S_k`` for the LDS cascade of ``S`` carried states,
         whose constants are ``2 S + Σ S_k`` numbers), gating and mixing ``K H + 2 K H H'``, skip ``2 H H'``.
+        Without a gate the uniform weights are folded into ``M_k``: no gate and no gating terms.
         """
         k, h, j = self.budget, self.h_in, self.h_out
-        g = self.gate_in.out_features
-        params = h * g + g + g * k + k + k * h * j + h * j
-        flops = 2.0 * h * g + 2.0 * g * k + 10.0 * g + 8.0 * k + k * h + 2.0 * k * h * j + 2.0 * h * j
+        params = k * h * j + h * j
+        flops = 2.0 * k * h * j + 2.0 * h * j
+        if self.gate_in is not None:
+            g = self.gate_in.out_features
+            params += h * g + g + g * k + k
+            flops += 2.0 * h * g + 2.0 * g * k + 10.0 * g + 8.0 * k + k * h
         if self.mode == "fir":
             params += self.length * k
             flops += h * self.filter_flops("fir", k)
@@ -502,3 +525,50 @@ def set_mode(module: nn.Module, mode: Mode | Literal["auto"]) -> None:
     """Set the filter realisation of every ES-SSM layer of ``module`` (``"auto"`` decides per layer)."""
     for layer in essm_layers(module):
         layer.mode = mode
+
+
+def budget_sampler(value: BudgetDropout | BudgetSampler | bool | dict | None) -> BudgetSampler | None:
+    """The training-budget sampler of a config value: ``true`` (:class:`BudgetDropout` defaults), ``false``
+    (none: train at the full budget, the "no budget dropout" ablation) or a table of :class:`BudgetDropout` fields."""
+    if isinstance(value, dict):
+        kw = dict(value)
+        if isinstance(kw.get("snap"), list):
+            kw["snap"] = tuple(kw["snap"])
+        return BudgetDropout(**kw)
+    if value is True:
+        return BudgetDropout()
+    return value or None
+
+
+class ElasticBudget:
+    """Mixin for whole networks: one budget for every ES-SSM layer (``net.budget = K`` or ``net.set_budget(K)``).
+
+    ``k_max`` is the largest ``K̄`` of the layers (``None`` without ES-SSM layers); a layer with a smaller
+    ``K̄`` runs at ``min(K, K̄)``. ``budget`` reads back the requested budget (the largest layer budget).
+    """
+
+    def essm_layers(self) -> list[ElasticSpectralSSM]:
+        return essm_layers(self)  # type: ignore[arg-type]
+
+    @property
+    def k_max(self) -> int | None:
+        layers = self.essm_layers()
+        return max(layer.k_max for layer in layers) if layers else None
+
+    @property
+    def budget(self) -> int | None:
+        layers = self.essm_layers()
+        return max(layer.budget for layer in layers) if layers else None
+
+    @budget.setter
+    def budget(self, value: int) -> None:
+        self.set_budget(value)
+
+    def set_budget(self, budget: int) -> None:
+        """Run every ES-SSM layer at ``budget`` (``1 <= budget <= k_max``) in eval and in streaming."""
+        k_max = self.k_max
+        if k_max is None:
+            raise ValueError(f"budgets apply to ES-SSM models only; this {type(self).__name__} has no ES-SSM layers")
+        if not 1 <= int(budget) <= k_max:
+            raise ValueError(f"budget must be in [1, {k_max}] (the model's K̄), got {budget}")
+        set_budget(self, int(budget))  # type: ignore[arg-type]

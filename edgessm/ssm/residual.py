@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import SSMLayer, make_ssm
+from .essm import ElasticSpectralSSM
 from .resample import CausalDepthwiseConv
 from .stream import Counts, State, Streamable
 
@@ -57,7 +58,8 @@ class CentaurusBlock(Streamable):
     """One residual SSM block.
 
     Args:
-        kind: SSM block kind (``depthwise``, ``pointwise``, ``bottleneck``, ``full``).
+        kind: SSM block kind (``depthwise``, ``pointwise``, ``bottleneck``, ``full``, or ``essm``: the elastic
+            spectral SSM with ``K̄ = n_states`` channels and its options in ``ssm_kwargs``).
         h_in, h_out: channels in and out.
         n_states: states N (per channel for depthwise/full, state blocks for bottlenecks).
         n_sub: sub-states M of the bottleneck block.
@@ -65,7 +67,8 @@ class CentaurusBlock(Streamable):
         pre_conv: kernel size of the causal depthwise Conv1d before the SSM (0: none).
         dropout: Dropout1d probability (applied only with more than 4 channels, as in the paper).
         activation: apply the final SiLU.
-        **ssm_kwargs: passed to the SSM block (``dt_min``, ``dt_max``, ``plan``, ...).
+        **ssm_kwargs: passed to the SSM block (``dt_min``, ``dt_max``, ``plan``, ...; for ``essm``: ``length``,
+            ``mode``, ``gate``, ``budget_dropout``, ...).
     """
 
     def __init__(
@@ -85,7 +88,7 @@ class CentaurusBlock(Streamable):
         super().__init__()
         self.h_in, self.h_out = h_in, h_out
         self.pre = CausalDepthwiseConv(h_in, pre_conv) if pre_conv else None
-        self.ssm: SSMLayer = make_ssm(kind, h_in, h_out, n_states, n_sub, **ssm_kwargs)
+        self.ssm: SSMLayer | ElasticSpectralSSM = make_ssm(kind, h_in, h_out, n_states, n_sub, **ssm_kwargs)
         self.norm = ChannelNorm(h_out)
         self.drop = nn.Dropout1d(dropout) if dropout > 0 and h_out > 4 else nn.Identity()
         self.skip = skip

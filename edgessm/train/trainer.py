@@ -2,7 +2,8 @@
 
 AdamW (the SSM dynamics A and Δ in their own group: lower learning rate, no weight decay),
 cosine schedule with linear warmup, gradient clipping, automatic mixed precision on CUDA (FFT
-convolutions stay float32 inside the SSM layers), optional ``torch.compile``, DDP through
+convolutions stay float32 inside the SSM layers), budget dropout for ES-SSM networks (one training
+budget per update for the whole network, a pure function of ``(seed, step)``), optional ``torch.compile``, DDP through
 ``torchrun`` (NCCL on GPUs, gloo on CPUs), checkpoints every N steps written atomically, exact
 resume, CSV + TensorBoard logs and a progress bar. Ctrl-C or SIGTERM saves a checkpoint first.
 
@@ -27,9 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+
+from edgessm.ssm.essm import essm_layers, sample_train_budget
 
 from .config import TrainConfig
 from .sampler import StepSampler
@@ -86,6 +90,34 @@ def cosine_with_warmup(step: int, total: int, warmup: float, min_ratio: float) -
         return (step + 1) / w
     progress = min(1.0, (step - w) / max(1, total - w))
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def budget_generator(seed: int, step: int) -> torch.Generator:
+    """The random generator of update ``step``'s ES-SSM training budget: a pure function of ``(seed, step)``."""
+    hi, lo = np.random.SeedSequence([int(seed) % (1 << 64), int(step), 0x455353]).generate_state(2, np.uint32)
+    return torch.Generator().manual_seed((int(hi) << 32) | int(lo))
+
+
+def step_budget(model: nn.Module, seed: int, step: int, full_steps: int = 0) -> int | None:
+    """Draw update ``step``'s training budget and set it on every ES-SSM layer of ``model`` (Alg. 2).
+
+    ``K̄`` for the first ``full_steps`` updates (the LR warmup, as the official recipe), then one budget
+    from the layers' budget-dropout sampler (:class:`~edgessm.ssm.BudgetDropout`) drawn with
+    :func:`budget_generator`: resumed and distributed runs train every update at the same budget as an
+    uninterrupted single-process run. ``None`` (and nothing touched) for a network without ES-SSM layers
+    or without budget dropout (those train at their ``budget``, ``K̄`` by default).
+    """
+    layers = essm_layers(model)
+    sampler = next((layer.budget_dropout for layer in layers if layer.budget_dropout is not None), None)
+    if sampler is None:
+        return None
+    if step < full_steps:
+        sampler = _full_budget
+    return sample_train_budget(model, sampler, budget_generator(seed, step))
+
+
+def _full_budget(k_max: int, generator: torch.Generator | None = None) -> int:
+    return k_max
 
 
 class Trainer:
@@ -262,10 +294,12 @@ class Trainer:
             )
         metrics: dict[str, float] = {}
         t_last, items = time.perf_counter(), 0
+        full_budget_steps = max(1, round(cfg.optim.warmup * cfg.train.steps))  # the LR warmup
         self.model.train()
         try:
             for batch in self._loader(train_set, sampler):
                 batch = self._to_device(batch)
+                budget = step_budget(self.model, cfg.train.seed, self.step, full_budget_steps)
                 with self._autocast():
                     loss, parts = self.task.loss(self.net, batch, self.step / max(1, cfg.train.steps))
                 self.scaler.scale(loss).backward()
@@ -287,6 +321,8 @@ class Trainer:
                     row = {"step": self.step, "loss": self._mean(float(loss)), "lr": self.scheduler.get_last_lr()[0],
                            "grad_norm": grad_norm, "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
                     row.update({k: self._mean(v) for k, v in parts.items()})
+                    if budget is not None:  # the same on every process
+                        row["budget"] = budget
                     t_last, items = now, 0
                     logger.log(row)
                     if bar is not None:
