@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .devices import parse_device, sounddevice_or_exit
+
 BLOCK_S = 1.0  # seconds of audio read per block
 PROGRESS_MIN_S = 5.0  # no progress bar for inputs shorter than this
 LIVE_BLOCK_S = 0.02  # microphone callback block
@@ -545,18 +547,7 @@ def _progress(total_s: float):
 
 
 def _sounddevice():
-    try:
-        import sounddevice as sd
-    except OSError as e:  # the PortAudio library itself is missing
-        raise DenoiseError(
-            f"live audio needs PortAudio ({e}); install it (apt-get install libportaudio2) or denoise a file: "
-            "edgessm denoise IN OUT"
-        ) from None
-    return sd
-
-
-def _device(value: str | None):
-    return int(value) if value and value.isdigit() else value
+    return sounddevice_or_exit("live audio", "denoise a file: edgessm denoise IN OUT", DenoiseError)
 
 
 class Speakers:
@@ -609,7 +600,7 @@ class Speakers:
 def _live(args: argparse.Namespace) -> int:
     sd = _sounddevice()
     model = load_model(args)
-    device = _device(args.device)
+    device = parse_device(args.device)
     try:
         dev = sd.query_devices(device, "input")
     except (ValueError, sd.PortAudioError) as e:
@@ -625,7 +616,7 @@ def _live(args: argparse.Namespace) -> int:
         except OSError as e:
             raise DenoiseError(f"cannot write {args.record}: {e}") from None
     else:
-        sink = Speakers(sd, _device(args.output_device), rate)
+        sink = Speakers(sd, parse_device(args.output_device), rate)
         target = sink.name
     blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
     overflows = 0

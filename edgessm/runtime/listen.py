@@ -165,14 +165,9 @@ class Listener:
 
 
 def _sounddevice():
-    try:
-        import sounddevice as sd
-    except OSError as e:  # the PortAudio library itself is missing
-        raise SystemExit(
-            f"edgessm listen: the microphone needs PortAudio ({e}); install it (apt-get install libportaudio2) "
-            "or listen to a recording with --input FILE"
-        ) from None
-    return sd
+    from .devices import sounddevice_or_exit
+
+    return sounddevice_or_exit("edgessm listen: the microphone", "listen to a recording with --input FILE")
 
 
 def _no_microphone(e: Exception) -> SystemExit:
@@ -264,8 +259,10 @@ def _listen_file(listener: Listener, audio: np.ndarray, rate: int, args: argpars
 
 
 def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
+    from .devices import parse_device
+
     sd = _sounddevice()
-    device = int(args.device) if args.device and args.device.isdigit() else args.device
+    device = parse_device(args.device)
     try:
         dev = sd.query_devices(device, "input")
     except (ValueError, sd.PortAudioError) as e:
