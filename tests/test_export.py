@@ -69,7 +69,7 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     import onnxruntime as ort
 
     from edgessm.deploy.onnx_export import run_stream
-    from edgessm.deploy.quantize import quantize_int8, state_path_nodes
+    from edgessm.deploy.quantize import full_rate_nodes, quantize_int8, state_path_nodes
 
     torch.manual_seed(0)
     net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
@@ -81,7 +81,15 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     state_inputs = {i.name for i in q.graph.input if i.name.startswith("in.")}
     readers = [n for n in q.graph.node if state_inputs & set(n.input)]
     assert readers and not any(n.op_type == "QuantizeLinear" for n in readers)  # state stays float
-    assert set(kept) == set(state_path_nodes(onnx.load(str(tmp_path / "f.onnx"))))
+    fmodel = onnx.load(str(tmp_path / "f.onnx"))
+    first = full_rate_nodes(fmodel)
+    assert first and set(kept) == set(state_path_nodes(fmodel)) | set(first)
+    pool = next(i for i, n in enumerate(fmodel.graph.node) if n.op_type == "AveragePool")
+    order = {n.name: i for i, n in enumerate(fmodel.graph.node)}
+    assert all(order[name] < pool for name in first)  # only the block that runs on the raw waveform
+    producer = {o: n.op_type for n in q.graph.node for o in n.output}
+    first_nodes = [n for n in q.graph.node if n.name in first]
+    assert first_nodes and all(producer.get(i) != "DequantizeLinear" for n in first_nodes for i in n.input)
     assert any(n.op_type == "DequantizeLinear" for n in q.graph.node)
     x = _signal(128 * 30, seed=9)
     sf = ort.InferenceSession(str(tmp_path / "f.onnx"), providers=["CPUExecutionProvider"])
