@@ -41,3 +41,14 @@ def test_refuses_what_is_not_audio(tmp_path) -> None:
         load_audio(junk)
     with pytest.raises(AudioError, match="no such file"):
         load_audio(tmp_path / "missing.wav")
+
+
+def test_atomic_path_leaves_the_old_file_and_no_temporary_on_error(tmp_path) -> None:
+    from edgessm.atomic import atomic_path, write_text
+
+    target = tmp_path / "report.json"
+    write_text(target, "old")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("interrupted")
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["report.json"]

@@ -6,11 +6,12 @@ numpy only (soundfile + soxr), so the inference commands can use it without torc
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+
+from edgessm.atomic import atomic_path
 
 SAMPLE_RATE = 16000
 
@@ -79,9 +80,7 @@ def write_audio(path: str | os.PathLike, audio: np.ndarray, sr: int, subtype: st
     if not np.isfinite(audio).all():
         raise AudioError(f"refusing to write {path}: the audio contains NaN or infinite samples")
     data = audio.T if audio.ndim == 2 else audio
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         sf.write(
             tmp,
             np.clip(data, -1.0, 1.0) if subtype.startswith("PCM") else data,
@@ -89,17 +88,6 @@ def write_audio(path: str | os.PathLike, audio: np.ndarray, sr: int, subtype: st
             subtype=subtype,
             format=_format_for(path),
         )
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _format_for(path: Path) -> str:

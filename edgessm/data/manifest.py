@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+
+from edgessm.atomic import atomic_path
 
 
 @dataclass(frozen=True)
@@ -43,15 +44,13 @@ def write_manifest(path: str | os.PathLike, clips: Iterable[Clip]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     root = path.parent.resolve()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         for clip in clips:
             row = asdict(clip)
             row["path"] = os.path.relpath(clip.path, root)
             w.writerow(row)
-    os.replace(tmp, path)
 
 
 def read_manifest(path: str | os.PathLike) -> list[Clip]:

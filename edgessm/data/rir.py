@@ -12,7 +12,6 @@ import hashlib
 import itertools
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -20,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 from scipy import fft as sfft
+
+from edgessm.atomic import atomic_path
 
 from .audio import SAMPLE_RATE, load_audio
 from .corpora import audio_files
@@ -394,17 +395,11 @@ def _load_cache(path: Path, params: dict) -> tuple[list[np.ndarray], list[float]
 def _save_cache(path: Path, params: dict, rirs: list[np.ndarray], rts: list[float]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     offsets = np.cumsum([0] + [h.shape[0] for h in rirs])
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(
-                f,
-                rirs=np.concatenate(rirs).astype(np.float32),
-                offsets=offsets,
-                rt60_s=np.asarray(rts, dtype=np.float64),
-                params=np.array(json.dumps(params, sort_keys=True)),
-            )
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(
+            f,
+            rirs=np.concatenate(rirs).astype(np.float32),
+            offsets=offsets,
+            rt60_s=np.asarray(rts, dtype=np.float64),
+            params=np.array(json.dumps(params, sort_keys=True)),
+        )

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from edgessm import __version__
+from edgessm.atomic import atomic_path
 
 from .freeze import freeze, unfreeze
 
@@ -149,11 +150,8 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata:
             f"exported graph disagrees with the PyTorch model: max abs error {report.max_abs_error:.3g} > {tolerance}"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    onnx.save(proto, tmp_path)
-    os.chmod(tmp_path, 0o644)  # mkstemp makes 0600 files
-    os.replace(tmp_path, path)
+    with atomic_path(path) as tmp:
+        onnx.save(proto, str(tmp))
     return report
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +26,13 @@ import numpy as np
 from torch import nn
 
 from edgessm import __version__
+from edgessm.atomic import atomic_path, write_text
 from edgessm.data.corpora import shared_data_dir
 from edgessm.runtime.registry import sha256
 from edgessm.runtime.session import StepModel
 
 from .onnx_export import ExportReport, export_onnx
 from .quantize import quantize_int8
-
-
-def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def calibration_audio(seconds: float = 60.0, seed: int = 0) -> list[np.ndarray]:
@@ -113,25 +105,15 @@ def denoise_int8_quality(fp32: Path, int8: Path, clips: int = 24, seed: int = 0)
         snr = (0.0, 5.0, 10.0)[k % 3]
         noisy = clean + n * np.sqrt(np.mean(clean**2) / (np.mean(n**2) + 1e-12)) * 10 ** (-snr / 20)
         base = si_sdr(noisy, clean)
-        gains_a.append(si_sdr(_stream(a, noisy), clean) - base)
-        gains_b.append(si_sdr(_stream(b, noisy), clean) - base)
+        gains_a.append(si_sdr(a.process(noisy).reshape(-1), clean) - base)
+        gains_b.append(si_sdr(b.process(noisy).reshape(-1), clean) - base)
     return {"clips": len(speech), "fp32_si_sdr_improvement_db": float(np.mean(gains_a)),
             "int8_si_sdr_improvement_db": float(np.mean(gains_b))}  # fmt: skip
 
 
-def _stream(model: StepModel, audio: np.ndarray) -> np.ndarray:
-    """``audio`` (a multiple of the chunk) through a fresh stream of ``model``; outputs concatenated."""
-    state, outs = model.initial_state(), []
-    chunk = model.info.chunk
-    for pos in range(0, len(audio) - chunk + 1, chunk):
-        y, state = model.run(audio[pos : pos + chunk], state)
-        outs.append(y)
-    return np.concatenate(outs, axis=-1).reshape(-1) if outs else np.zeros(0, np.float32)
-
-
 def output_snr_db(fp32: Path, int8: Path, audio: np.ndarray) -> float:
     """How close the int8 graph's outputs stay to the fp32 graph's on ``audio`` (dB)."""
-    ya, yb = _stream(StepModel(fp32), audio), _stream(StepModel(int8), audio)
+    ya, yb = StepModel(fp32).process(audio), StepModel(int8).process(audio)
     err = float(np.mean((ya - yb) ** 2))
     return float(10 * np.log10(float(np.mean(ya**2)) / max(err, 1e-30)))
 
@@ -144,7 +126,7 @@ def write_manifest(folder: Path, files: list[str], extra: dict[str, Any]) -> Pat
         "files": {f: sha256(folder / f) for f in sorted(files)},
     }
     path = folder / "manifest.json"
-    _write_text(path, json.dumps(manifest, indent=1) + "\n")
+    write_text(path, json.dumps(manifest, indent=1) + "\n")
     return path
 
 
@@ -190,12 +172,9 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     report.budgets = {graphs[p]: r for p, r in reports.items() if p != graph}
     files = [p.name for p in graphs] + ["model.json", "model.safetensors"]
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".model.safetensors.", suffix=".tmp")
-    os.close(fd)
-    save_file(tensors, tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, folder / "model.safetensors")
-    _write_text(folder / "model.json", json.dumps(desc, indent=1) + "\n")
+    with atomic_path(folder / "model.safetensors") as tmp:
+        save_file(tensors, str(tmp))
+    write_text(folder / "model.json", json.dumps(desc, indent=1) + "\n")
     q: dict[str, Any] = {}
     if int8:
         calib = calibration if calibration is not None else calibration_audio()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgessm.atomic import atomic_path
+
 QUANTIZED_OPS = ["MatMul", "Conv", "ConvTranspose", "Gemm"]
 _PASS_THROUGH = {"Add", "Sub", "Mul", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Concat", "Slice", "Identity"}
 
@@ -127,9 +129,6 @@ def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, ca
         for p in model.metadata_props:
             q.metadata_props.add(key=p.key, value=p.value)
         q.metadata_props.add(key="quantization", value="int8 QDQ per-channel; state path float32")
-        fd, tmp_out = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-        os.close(fd)
-        onnx.save(q, tmp_out)
-        os.chmod(tmp_out, 0o644)  # mkstemp makes 0600 files
-        os.replace(tmp_out, out_path)
+        with atomic_path(out_path) as tmp_out:
+            onnx.save(q, str(tmp_out))
     return keep

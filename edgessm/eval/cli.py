@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from edgessm.atomic import write_text
 
 KWS_SETS = ("sc-test", "synth-test", "fsdd", "streams")
 
@@ -124,8 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write(out / "report.json", json.dumps(report, indent=1))
-        _write(out / "report.md", md)
+        write_text(out / "report.json", json.dumps(report, indent=1))
+        write_text(out / "report.md", md)
         for f in kws_plots(report, out):
             print(f"wrote {f}", file=sys.stderr)
         print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
@@ -171,8 +171,8 @@ def _budget_sweep(args: argparse.Namespace, sets: list[str], progress) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        _write(out / "report.json", json.dumps({"budget_sweep": report}, indent=1))
-        _write(out / "report.md", md)
+        write_text(out / "report.json", json.dumps({"budget_sweep": report}, indent=1))
+        write_text(out / "report.md", md)
         plot = sweep_plot(report, out)
         if plot is not None:
             print(f"wrote {plot}", file=sys.stderr)
@@ -198,10 +198,3 @@ def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
         return 1
     print(f"chosen threshold: {chosen} (lowest with <= {args.max_fa} false accepts/h on validation streams)")
     return 0
-
-
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

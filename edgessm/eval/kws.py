@@ -63,17 +63,7 @@ def graph_logits(model: StepModel, audio: np.ndarray) -> np.ndarray:
 
     The tail is zero-padded to whole chunks; frames past ``T // stride`` are dropped.
     """
-    info = model.info
-    frames = len(audio) // info.stride
-    n = -(-len(audio) // info.chunk) * info.chunk
-    x = np.zeros(n, np.float32)
-    x[: len(audio)] = audio
-    state = model.initial_state()
-    outs = []
-    for pos in range(0, n, info.chunk):
-        y, state = model.run(x[pos : pos + info.chunk], state)
-        outs.append(y)
-    return np.concatenate(outs, axis=-1)[:, :frames]
+    return model.process(audio)[:, : len(audio) // model.info.stride]
 
 
 def clip_logits(model: StepModel, audio: np.ndarray) -> np.ndarray:

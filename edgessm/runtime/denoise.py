@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .devices import parse_device, sounddevice_or_exit
+from .devices import input_device, parse_device, sounddevice_or_exit
 
 BLOCK_S = 1.0  # seconds of audio read per block
 PROGRESS_MIN_S = 5.0  # no progress bar for inputs shorter than this
@@ -600,12 +600,7 @@ class Speakers:
 def _live(args: argparse.Namespace) -> int:
     sd = _sounddevice()
     model = load_model(args)
-    device = parse_device(args.device)
-    try:
-        dev = sd.query_devices(device, "input")
-    except (ValueError, sd.PortAudioError) as e:
-        raise _no_microphone(e) from None
-    rate = int(dev["default_samplerate"])
+    device, dev, rate = input_device(sd, args.device, _no_microphone)
     denoiser = Denoiser(model, rate, 1, args.atten_lim)
     if args.record:
         if Path(args.record).is_dir():

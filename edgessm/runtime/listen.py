@@ -259,15 +259,10 @@ def _listen_file(listener: Listener, audio: np.ndarray, rate: int, args: argpars
 
 
 def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
-    from .devices import parse_device
+    from .devices import input_device
 
     sd = _sounddevice()
-    device = parse_device(args.device)
-    try:
-        dev = sd.query_devices(device, "input")
-    except (ValueError, sd.PortAudioError) as e:
-        raise _no_microphone(e) from None
-    rate = int(dev["default_samplerate"])
+    device, dev, rate = input_device(sd, args.device, _no_microphone)
     blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
 
     def callback(indata, frames, t, status) -> None:  # PortAudio's thread: count, copy, queue; nothing else

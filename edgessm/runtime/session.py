@@ -85,6 +85,23 @@ class StepModel:
         out = self.session.run(self._outputs, feed)
         return out[0][0], out[1:]
 
+    def process(self, audio: np.ndarray) -> np.ndarray:
+        """A whole recording ``(T,)`` at the graph's rate from a zero state: the outputs of every
+        chunk concatenated on their last axis (the tail is zero-padded to a whole chunk)."""
+        chunk = self.info.chunk
+        x = np.zeros(-(-len(audio) // chunk) * chunk, np.float32)
+        x[: len(audio)] = audio
+        state, outs = self.initial_state(), []
+        for pos in range(0, len(x), chunk):
+            y, state = self.run(x[pos : pos + chunk], state)
+            outs.append(y)
+        return np.concatenate(outs, axis=-1) if outs else np.zeros((*self.output_shape[:-1], 0), np.float32)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """Shape of one call's output without the batch axis."""
+        return tuple(self.session.get_outputs()[0].shape[1:])
+
     def create_stream(self) -> Stream:
         return Stream(self)
 

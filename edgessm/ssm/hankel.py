@@ -27,12 +27,12 @@ cached on disk under ``cache_dir()/hankel`` keyed by ``(L, K̄)`` and the method
 from __future__ import annotations
 
 import functools
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from edgessm.atomic import atomic_path
 
 BASIS_VERSION = 1  # bump when the computation or the sign convention changes (it is part of the cache key)
 _BLOCK_BYTES = 64 << 20  # quadrature columns of A are built in blocks of at most this many bytes
@@ -47,16 +47,8 @@ def cache_path(name: str) -> Path:
 
 def save_npz_atomic(path: Path, **arrays: np.ndarray) -> None:
     """Write ``arrays`` to ``path`` as ``.npz`` through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the cache is shared like any other file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray] | None:
