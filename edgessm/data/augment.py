@@ -25,7 +25,7 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .corpora import shared_data_dir
-from .noise import COLORS, NoiseBank, SpeechSource, babble, colored_noise
+from .noise import COLORS, NoiseBank, SpeechSource, babble, colored_noise, hum_clicks, music_like
 from .rir import RirBank, RoomSimConfig, reverb, reverb_pair
 
 __all__ = [
@@ -469,6 +469,8 @@ class NoiseSourceConfig:
     bank: float = 1.0
     colored: float = 0.2
     babble: float = 0.2
+    music: float = 0.0  # procedural music (noise.music_like)
+    hum: float = 0.0  # mains hum, buzz and clicks (noise.hum_clicks)
     colored_exponent: tuple[float, float] = (-2.0, 2.0)
     babble_talkers: tuple[int, int] = (3, 6)
 
@@ -533,16 +535,22 @@ def draw_noise(
             config.bank if noise_bank is not None else 0.0,
             config.colored,
             config.babble if babble_speech is not None else 0.0,
+            config.music,
+            config.hum,
         ]
     )
     if not weights.sum() > 0:
         raise ValueError("no noise source available: give a NoiseBank or babble speech, or a colored weight > 0")
-    kind = int(rng.choice(3, p=weights / weights.sum()))
+    kind = int(rng.choice(len(weights), p=weights / weights.sum()))
     if kind == 0:
         return noise_bank.sample(length, rng)
     if kind == 1:
         return colored_noise(length, rng, float(rng.uniform(*config.colored_exponent)))
-    return babble(babble_speech, length, rng, talkers=config.babble_talkers)
+    if kind == 2:
+        return babble(babble_speech, length, rng, talkers=config.babble_talkers)
+    if kind == 3:
+        return music_like(length, rng)
+    return hum_clicks(length, rng)
 
 
 class KwsAugment:

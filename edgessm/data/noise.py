@@ -1,5 +1,5 @@
 """Noise sources for augmentation: real recordings (:class:`NoiseBank`), colored noise, babble,
-procedural music.
+procedural music, mains hum with clicks.
 
 numpy only (no torch), so it runs in DataLoader workers. Every random choice comes from the
 ``numpy.random.Generator`` passed in: the same generator state gives the same samples.
@@ -159,6 +159,41 @@ def music_like(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, lev
             hat = np.diff(rng.standard_normal(k + 1)) * np.exp(-np.arange(k) / (0.01 * sr))
             out[h : h + k] += 0.1 * hat
     return _to_level(out, level_dbfs)
+
+
+def hum_clicks(
+    length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0
+) -> np.ndarray:
+    """Electrical and mechanical interference: mains hum (50 or 60 Hz, slightly off, with odd and
+    even harmonics up to ~1 kHz and a slow amplitude wobble), a faint buzz floor, and clicks
+    (decaying impulses at random times) with bursts of crackle. What bad cables, cheap headsets
+    and old recordings add, and none of the real noise recordings cover.
+
+    Returns:
+        ``(length,)`` float32 at ``level_dbfs`` RMS.
+    """
+    if length < 2:
+        return np.zeros(max(0, length), np.float32)
+    t = np.arange(length) / sr
+    f0 = (50.0 if rng.random() < 0.5 else 60.0) * (1 + rng.uniform(-0.01, 0.01))
+    out = np.zeros(length, np.float64)
+    for k in range(1, int(1000 // f0) + 1):
+        amp = rng.uniform(0.1, 1.0) * k ** -rng.uniform(0.3, 1.5) * (1.0 if k % 2 else rng.uniform(0.2, 1.0))
+        out += amp * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi))
+    out *= 1 + 0.2 * np.sin(2 * np.pi * rng.uniform(0.1, 1.0) * t)
+    out = out / (np.sqrt(np.mean(out**2)) + 1e-12)
+    out += 10 ** (rng.uniform(-40, -20) / 20) * rng.standard_normal(length)
+    clicks = np.zeros(length, np.float64)
+    n_clicks = int(rng.poisson(rng.uniform(0.5, 8.0) * length / sr))
+    for pos in rng.integers(0, length, n_clicks):
+        n = min(length - int(pos), int(sr * rng.uniform(0.001, 0.01)))
+        decay = np.exp(-np.arange(n) / (n / 4 + 1))
+        clicks[pos : pos + n] += rng.uniform(1, 10) * rng.choice([-1, 1]) * decay * rng.standard_normal(n)
+    if rng.random() < 0.5:  # crackle: a sparse burst of tiny impulses
+        start, n = int(rng.integers(0, length)), int(sr * rng.uniform(0.2, 1.0))
+        n = min(n, length - start)
+        clicks[start : start + n] += (rng.random(n) < 0.01) * rng.standard_normal(n) * rng.uniform(2, 8)
+    return _to_level(out * rng.uniform(0.3, 1.0) + clicks, level_dbfs)
 
 
 class NoiseBank:

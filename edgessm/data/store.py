@@ -56,3 +56,18 @@ class AudioStore:
 
     def length(self, i: int) -> int:
         return int(self.offsets[i + 1] - self.offsets[i])
+
+
+class ClipDrawer:
+    """``drawer(rng) -> (T,)`` float32: a random clip of ``store`` among ``indices`` (all if ``None``).
+
+    A picklable speech source for babble noise (see :func:`edgessm.data.noise.babble`)."""
+
+    def __init__(self, store: AudioStore, indices: Sequence[int] | None = None) -> None:
+        self.store = store
+        self.indices = np.arange(len(store)) if indices is None else np.asarray(indices, np.int64)
+        if self.indices.size == 0:
+            raise ValueError("ClipDrawer needs at least one clip")
+
+    def __call__(self, rng: np.random.Generator) -> np.ndarray:
+        return self.store[int(self.indices[int(rng.integers(self.indices.size))])]

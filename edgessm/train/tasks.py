@@ -90,13 +90,16 @@ def noise_paths(specs: list[str]) -> list[str]:
     return paths
 
 
-def assign_split(clip: Clip, validation_pct: float = 10.0) -> str:
-    """``train``/``validation``/``test``: the corpus's own split, else a stable hash of the speaker."""
+def assign_split(clip: Clip, validation_pct: float = 10.0, test_pct: float = 0.0) -> str:
+    """``train``/``validation``/``test``: the corpus's own split, else a stable hash of the speaker
+    (``validation_pct`` percent of speakers for validation, the next ``test_pct`` percent for test)."""
     if clip.split in ("train", "validation", "test"):
         return clip.split
     key = clip.speaker or Path(clip.path).stem
     h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") % 10_000
-    return "validation" if h < validation_pct * 100 else "train"
+    if h < validation_pct * 100:
+        return "validation"
+    return "test" if h < (validation_pct + test_pct) * 100 else "train"
 
 
 def data_config(cls, data: dict[str, Any]):
@@ -299,8 +302,11 @@ class DenoiseData:
     noise: tuple[str, ...] = ("shared:noise",)
     segment_samples: int = 32768
     validation_pct: float = 10.0
+    test_pct: float = 10.0  # speakers kept for `edgessm eval` (never trained on, never validated on)
     val_noise_holdout: tuple[str, ...] = ("running_tap.wav",)
+    test_noise_holdout: tuple[str, ...] = ("dude_miaowing.wav",)  # never mixed in training or validation
     spectral_weight: float = 1.0  # the ERB spectral loss weight ramps from 0 to this over training
+    val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
 
 
 class DenoiseTask(Task):
@@ -316,9 +322,14 @@ class DenoiseTask(Task):
     def _prepare(self) -> None:
         if self._prepared:
             return
+        from edgessm.data import augment
+        from edgessm.data.noise import NoiseBank
+        from edgessm.data.store import ClipDrawer
+
         clips = load_sources(list(self.data.sources))
-        train = [c for c in clips if assign_split(c, self.data.validation_pct) == "train"]
-        val = [c for c in clips if assign_split(c, self.data.validation_pct) == "validation"]
+        split = {id(c): assign_split(c, self.data.validation_pct, self.data.test_pct) for c in clips}
+        train = [c for c in clips if split[id(c)] == "train"]
+        val = [c for c in clips if split[id(c)] == "validation"]
         if not train:
             raise CorpusError("no clean training speech found in the data sources")
         self.train_clips, self.val_clips = train, val
@@ -326,22 +337,33 @@ class DenoiseTask(Task):
         paths = noise_paths(list(self.data.noise))
         if not paths:
             raise CorpusError("denoising needs noise recordings (data.noise)")
-        held = set(self.data.val_noise_holdout)
-        train_noise = [p for p in paths if Path(p).name not in held] or paths
-        val_noise = [p for p in paths if Path(p).name in held] or paths
+        held, test = set(self.data.val_noise_holdout), set(self.data.test_noise_holdout)
+        train_noise = [p for p in paths if Path(p).name not in held | test]
+        val_noise = [p for p in paths if Path(p).name in held] or train_noise
+        if not train_noise:
+            raise CorpusError("every noise recording is held out; list fewer in data.*_noise_holdout")
         self.noise_train, self.noise_val = AudioStore(train_noise), AudioStore(val_noise)
-        self.mix = build_denoise_mixer(self.cfg.augment)
-        # validation pairs: the same SNR/level mixing, no masking and no reverb
+        # training noise: the real recordings plus colored, babble (of training speakers), music, hum
+        settings = _resolve(self.cfg.augment)
+        self.augment = augment.DenoiseAugment(
+            augment.config_from_dict(augment.DenoiseAugmentConfig, settings),
+            noise_bank=NoiseBank.wrap(self.noise_train, [Path(p).name for p in train_noise]),
+            babble_speech=ClipDrawer(self.clean, range(len(train))),
+        )
+        # validation pairs: the held-out noise recording, the same SNR/level mixing, no masking or reverb
         self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
         self._prepared = True
 
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
         r = rng if rng is not None else item_rng(10_000 + index)
-        offset = 0 if split == "train" else len(self.train_clips)
-        noises = self.noise_train if split == "train" else self.noise_val
-        clean = _random_crop(self.clean[offset + index], self.data.segment_samples, r)
-        noise = _random_crop(noises[int(r.integers(len(noises)))], self.data.segment_samples, r)
-        noisy, target = (self.mix if split == "train" else self.mix_val)(clean, noise, r)
+        if split == "train":
+            # short clips (single words) sit at a random place in silence: the model must keep silence silent
+            clean = _crop_or_place(self.clean[index], self.data.segment_samples, r)
+            noisy, target = self.augment(clean, r)
+        else:
+            clean = _crop_or_place(self.clean[len(self.train_clips) + index], self.data.segment_samples, r)
+            noise = _random_crop(self.noise_val[int(r.integers(len(self.noise_val)))], self.data.segment_samples, r)
+            noisy, target = self.mix_val(clean, noise, r)
         return {"noisy": noisy.astype(np.float32)[None], "clean": target.astype(np.float32)[None]}
 
     def train_set(self):
@@ -361,18 +383,21 @@ class DenoiseTask(Task):
         return wave + w * spec, {"wave": float(wave.detach()), "spec": float(spec.detach())}
 
     def evaluate(self, model, device, max_batches=0):
+        """Mean SI-SDR and its improvement over the noisy input on validation pairs, in batches of 16;
+        ``max_batches`` (0: ``val_items`` pairs) caps the work, spread evenly over the speakers."""
         self._prepare()
+        n = len(self.val_clips)
+        count = min(n, max_batches * 16 if max_batches else self.data.val_items)
+        picks = np.unique(np.linspace(0, n - 1, count).round().astype(int)) if count else []
         gains, sdrs = [], []
-        for b, i in enumerate(range(len(self.val_clips))):
-            if max_batches and b >= max_batches * 8:
-                break
-            ex = self._example("validation", i, None)
-            noisy = torch.as_tensor(ex["noisy"])[None].to(device)
-            est = model(noisy)[0, 0].float().cpu()
-            ref = torch.as_tensor(ex["clean"][0])
-            s = float(si_sdr(est, ref))
-            sdrs.append(s)
-            gains.append(s - float(si_sdr(torch.as_tensor(ex["noisy"][0]), ref)))
+        for start in range(0, len(picks), 16):
+            exs = [self._example("validation", int(i), None) for i in picks[start : start + 16]]
+            noisy = torch.as_tensor(np.stack([e["noisy"] for e in exs]))
+            ref = torch.as_tensor(np.stack([e["clean"][0] for e in exs]))
+            est = model(noisy.to(device))[:, 0].float().cpu()
+            s = si_sdr(est, ref)
+            sdrs += s.tolist()
+            gains += (s - si_sdr(noisy[:, 0], ref)).tolist()
         return {
             "si_sdr": float(np.mean(sdrs)),
             "si_sdr_improvement": float(np.mean(gains)),
