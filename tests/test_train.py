@@ -104,6 +104,45 @@ def test_two_process_gloo_ddp_equals_one_process(sc_folder: Path, tmp_path: Path
         assert torch.allclose(a, ddp[name], atol=1e-5, rtol=1e-4), name
 
 
+def test_streaming_context_and_sentence_negatives(sc_folder: Path, tmp_path: Path) -> None:
+    """With context, training examples are context + clip long and keep the clip's label; hard
+    negatives are windows of keyword-free sentences labelled _unknown_; sentences naming a keyword
+    are never used."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task
+
+    rng = np.random.default_rng(0)
+    texts = ["where did i put my notebook", "the seal is sleeping", "say yes to the dress"]
+    clips = []
+    for i, text in enumerate(texts):
+        path = tmp_path / "sent" / f"s{i}.wav"
+        write_audio(path, (0.1 * (i + 1) * rng.standard_normal(12000)).astype(np.float32), 16000)
+        clips.append(Clip(str(path), speaker=f"v{i}", text=text, split="train", source="synth:test"))
+    write_manifest(tmp_path / "sent" / "manifest.csv", clips)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'sent' / 'manifest.csv'}"],
+                "context_prob": 1.0, "context_samples": 4000, "sentence_negatives": 0.5}  # fmt: skip
+    task = build_task(cfg)
+    ds = task.train_set()
+    n = len(task.items["train"])
+    assert len(ds) == n + task._n_silence(n) + round(0.5 * n)
+    assert len(task.sentences) == 2  # "say yes ..." names a keyword
+    unknown = task.labels.index("_unknown_")
+    for i in (0, n - 1, len(ds) - 1):
+        ex = task._example("train", i, np.random.default_rng(i))
+        assert ex["audio"].shape == (1, 4000 + 8192)
+        assert np.isfinite(ex["audio"]).all()
+    assert task._example("train", len(ds) - 1, np.random.default_rng(1))["label"] == unknown
+    assert task._example("train", 0, np.random.default_rng(1))["label"] == task.items["train"][0][1]
+    # validation stays plain clips; the context is background, not silence, most of the time
+    assert task._example("validation", 0, None)["audio"].shape == (1, 8192)
+    loud = [np.sqrt(np.mean(task._context(4000, np.random.default_rng(k)) ** 2)) > 1e-3 for k in range(40)]
+    assert 0.7 <= np.mean(loud) < 1.0
+
+
 def test_waveform_loss_goes_down(tmp_path: Path) -> None:
     clean, noise = clean_and_noise_folders(tmp_path / "data")
     cfg = TrainConfig.from_dict(

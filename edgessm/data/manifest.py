@@ -7,6 +7,7 @@ folder can be moved. ``speaker`` drives speaker-disjoint splits.
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
@@ -71,3 +72,15 @@ def read_manifest(path: str | os.PathLike) -> list[Clip]:
 
 def with_split(clips: Iterable[Clip], split: str) -> list[Clip]:
     return [replace(c, split=split) for c in clips]
+
+
+def assign_split(clip: Clip, validation_pct: float = 10.0, test_pct: float = 0.0) -> str:
+    """``train``/``validation``/``test``: the corpus's own split, else a stable hash of the speaker
+    (``validation_pct`` percent of speakers for validation, the next ``test_pct`` percent for test)."""
+    if clip.split in ("train", "validation", "test"):
+        return clip.split
+    key = clip.speaker or Path(clip.path).stem
+    h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") % 10_000
+    if h < validation_pct * 100:
+        return "validation"
+    return "test" if h < (validation_pct + test_pct) * 100 else "train"

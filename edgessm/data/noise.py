@@ -161,9 +161,7 @@ def music_like(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, lev
     return _to_level(out, level_dbfs)
 
 
-def hum_clicks(
-    length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0
-) -> np.ndarray:
+def hum_clicks(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0) -> np.ndarray:
     """Electrical and mechanical interference: mains hum (50 or 60 Hz, slightly off, with odd and
     even harmonics up to ~1 kHz and a slow amplitude wobble), a faint buzz floor, and clicks
     (decaying impulses at random times) with bursts of crackle. What bad cables, cheap headsets

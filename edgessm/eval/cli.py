@@ -6,6 +6,7 @@ edgessm eval my.onnx --out reports/my       # report.json, report.md and plots i
 edgessm eval kws35 --choose-threshold       # pick the decision threshold on validation streams (no test data)
 edgessm eval kws35-es --budget 4            # an elastic (ES-SSM) model's graph at compute budget 4
 edgessm eval kws35-es --budget-sweep --out reports/es   # accuracy and RTF at every exported budget (table + plot)
+edgessm eval denoise --out reports/dn       # PESQ/STOI/SI-SDR/DNSMOS + RTF vs RNNoise and DeepFilterNet3, one run
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "print the lowest one within --max-fa false accepts per hour; uses no test data",
     )
     ap.add_argument("--max-fa", type=float, default=0.5, help="false accepts per hour allowed by --choose-threshold")
+    ap.add_argument("--peers", default="rnnoise,dfn3",
+                    help="denoisers: peers scored in the same run (rnnoise, dfn3; 'none' for none)")  # fmt: skip
+    ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
+    ap.add_argument("--limit", type=int, default=0, help="denoisers: score only the first N mixtures (quick checks)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="folder for report.json, report.md and plots (default: print only)")
     ap.add_argument("--no-progress", action="store_true")
@@ -90,8 +95,11 @@ def run(args: argparse.Namespace) -> int:
         check_budget(model.info.extra, args.budget, path.name)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm eval: {e}") from None
+    if model.info.task == "denoise":
+        return _denoise(model, path, args, progress)
     if model.info.task != "kws":
-        raise SystemExit(f"edgessm eval: {path} is a {model.info.task or 'non-keyword'} graph; only kws is evaluated")
+        kind = model.info.task or "untyped"
+        raise SystemExit(f"edgessm eval: {path} is a {kind} graph; kws and denoise graphs are evaluated")
     if args.choose_threshold:
         return _choose_threshold(model, args, progress)
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
@@ -127,6 +135,51 @@ def run(args: argparse.Namespace) -> int:
         write_text(out / "report.json", json.dumps(report, indent=1))
         write_text(out / "report.md", md)
         for f in kws_plots(report, out):
+            print(f"wrote {f}", file=sys.stderr)
+        print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
+    return 0
+
+
+def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
+    from . import denoise
+    from .peers import Peer
+    from .report import denoise_markdown, denoise_plots
+
+    if args.sets:
+        raise SystemExit("edgessm eval: --sets is for keyword spotters; a denoiser has one test set")
+    try:
+        mixtures = denoise.test_mixtures(per_speaker=args.per_speaker, seed=args.seed)[: args.limit or None]
+    except FileNotFoundError as e:
+        raise SystemExit(f"edgessm eval: {e}") from None
+    name = model.info.extra.get("model_name", path.stem)
+    systems = {"noisy": lambda x: x, name: denoise.graph_system(model)}
+    latency = {name: 1000 * model.info.latency_samples / model.info.sample_rate}
+    peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != "none"]
+    for key in peers:
+        try:
+            peer = Peer(key, mixtures[0].clean)
+        except (RuntimeError, ValueError) as e:
+            raise SystemExit(f"edgessm eval: {e}") from None
+        systems[peer.name] = peer
+        latency[peer.name] = 1000 * peer.delay / denoise.SAMPLE_RATE
+        print(f"{peer.name}: output delay {peer.delay} samples, compensated", file=sys.stderr)
+    results = denoise.evaluate(systems, mixtures, progress)
+    for n, r in results.items():
+        r.latency_ms = latency.get(n)
+    report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
+              "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
+              "speakers": len({m.speaker for m in mixtures}), "seed": args.seed,
+              "params": int(model.info.extra.get("params", 0)) or None,
+              "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
+              "systems": denoise.summary(results)}  # fmt: skip
+    md = denoise_markdown(report)
+    print(md)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "report.json", json.dumps(report, indent=1))
+        write_text(out / "report.md", md)
+        for f in denoise_plots(report, out):
             print(f"wrote {f}", file=sys.stderr)
         print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
     return 0

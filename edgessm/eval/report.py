@@ -118,3 +118,74 @@ def kws_plots(report: dict, out: Path) -> list[Path]:
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
     return written
+
+
+# --- denoising --------------------------------------------------------------------------------------------------
+
+DENOISE_COLUMNS = (("pesq", "PESQ-WB", "{:.2f}"), ("stoi", "STOI", "{:.3f}"), ("si_sdr", "SI-SDR dB", "{:.1f}"),
+                   ("si_sdr_i", "SI-SDRi dB", "{:+.1f}"), ("dnsmos_sig", "DNSMOS SIG", "{:.2f}"),
+                   ("dnsmos_bak", "DNSMOS BAK", "{:.2f}"), ("dnsmos_ovrl", "DNSMOS OVRL", "{:.2f}"))  # fmt: skip
+
+
+def _fmt(fmt: str, x) -> str:
+    return "-" if x is None or x != x else fmt.format(x)
+
+
+def denoise_markdown(report: dict) -> str:
+    """Mean metrics and RTF per system; SI-SDRi and PESQ by SNR and by noise; ratios to the peers."""
+    systems = report["systems"]
+    head = "| system | " + " | ".join(c[1] for c in DENOISE_COLUMNS) + " | RTF (1 thread) | latency ms |"
+    lines = [head, "|---|" + "---:|" * (len(DENOISE_COLUMNS) + 2)]
+    for name, s in systems.items():
+        cells = [_fmt(f, s["mean"][k]) for k, _, f in DENOISE_COLUMNS]
+        rtf = "-" if name == "noisy" else _fmt("{:.4f}", s["rtf"])
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {rtf} | {_fmt('{:.1f}', s.get('latency_ms'))} |")
+    ours = report.get("model")
+    if ours in systems:
+        lines += ["", f"Ratios of {ours} to each peer (metric ratio; RTF ratio < 1 means {ours} is cheaper):", ""]
+        lines += ["| peer | PESQ | STOI | DNSMOS OVRL | RTF |", "|---|---:|---:|---:|---:|"]
+        for name, s in systems.items():
+            if name in (ours, "noisy"):
+                continue
+            o = systems[ours]
+            r = [o["mean"][k] / s["mean"][k] if s["mean"][k] else float("nan") for k in ("pesq", "stoi", "dnsmos_ovrl")]
+            lines.append(f"| {name} | " + " | ".join(_fmt("{:.3f}", x) for x in r)
+                         + f" | {_fmt('{:.3f}', o['rtf'] / s['rtf'] if s['rtf'] else None)} |")  # fmt: skip
+    for key, label, fmt in (("si_sdr_i", "SI-SDR improvement (dB)", "{:+.1f}"), ("pesq", "PESQ-WB", "{:.2f}")):
+        for group, title in (("by_snr", "input SNR (dB)"), ("by_noise", "noise")):
+            cols = list(next(iter(systems.values()))[group])
+            lines += ["", f"{label} by {title}:", "", "| system | " + " | ".join(cols) + " |",
+                      "|---|" + "---:|" * len(cols)]  # fmt: skip
+            for name, s in systems.items():
+                lines.append(f"| {name} | " + " | ".join(_fmt(fmt, s[group][c][key]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def denoise_plots(report: dict, out: Path) -> list[Path]:
+    """PESQ, STOI and SI-SDR against input SNR for every system, one PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    from edgessm.atomic import atomic_path
+
+    systems = report["systems"]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (key, label) in zip(axes, (("pesq", "PESQ-WB"), ("stoi", "STOI"), ("si_sdr", "SI-SDR (dB)")), strict=True):
+        for name, s in systems.items():
+            snrs = [float(k) for k in s["by_snr"]]
+            ax.plot(snrs, [s["by_snr"][k][key] for k in s["by_snr"]], "o-" if name != "noisy" else "k--", label=name)
+        ax.set_xlabel("input SNR (dB)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"Held-out real speech in unseen noise ({report['mixtures']} mixtures)")
+    fig.tight_layout()
+    path = out / "denoise_metrics.png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return [path]

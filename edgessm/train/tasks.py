@@ -16,7 +16,6 @@ better). Data sources are strings:
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +27,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.data import corpora
+from edgessm.data.audio import SAMPLE_RATE
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
-from edgessm.data.manifest import Clip, read_manifest
+from edgessm.data.manifest import Clip, assign_split, read_manifest
+from edgessm.data.noise import music_like
 from edgessm.data.store import AudioStore
 from edgessm.data.text import CharTokenizer, edit_distance
+from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords
 from edgessm.nets import build_network
 
 from .config import TrainConfig
@@ -88,18 +90,6 @@ def noise_paths(specs: list[str]) -> list[str]:
         else:
             raise ValueError(f"unknown noise source {spec!r} (use shared:noise or noise:DIR)")
     return paths
-
-
-def assign_split(clip: Clip, validation_pct: float = 10.0, test_pct: float = 0.0) -> str:
-    """``train``/``validation``/``test``: the corpus's own split, else a stable hash of the speaker
-    (``validation_pct`` percent of speakers for validation, the next ``test_pct`` percent for test)."""
-    if clip.split in ("train", "validation", "test"):
-        return clip.split
-    key = clip.speaker or Path(clip.path).stem
-    h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") % 10_000
-    if h < validation_pct * 100:
-        return "validation"
-    return "test" if h < (validation_pct + test_pct) * 100 else "train"
 
 
 def data_config(cls, data: dict[str, Any]):
@@ -188,6 +178,14 @@ class KwsData:
     clip_samples: int = 16000
     silence_fraction: float = 0.08
     validation_pct: float = 10.0
+    # Streaming context: live, the recurrent state has heard minutes of audio before a keyword, not a
+    # zero state. Training examples are ``context_samples + clip_samples`` long; with probability
+    # ``context_prob`` the context is background (keyword-free speech, music, noise), else silence.
+    context_prob: float = 0.0
+    context_samples: int = 0
+    # hard negatives: this many ``_unknown_`` examples per keyword example, cut from keyword-free
+    # sentences of the training voices (the speech a live listener hears most)
+    sentence_negatives: float = 0.0
 
 
 class KwsTask(Task):
@@ -215,8 +213,12 @@ class KwsTask(Task):
             return
         index = {lab: i for i, lab in enumerate(self.labels)}
         splits: dict[str, list[tuple[Clip, int]]] = {"train": [], "validation": []}
+        banned = sounds_like_keywords(task_labels(self.data.words))
+        sentences = []
         for clip in load_sources(list(self.data.sources), self.data.words):
             if not clip.label:  # unlabelled speech (e.g. ASR sentences) is not a keyword example
+                if clip.text and keyword_free(clip.text, banned) and assign_split(clip) == "train":
+                    sentences.append(clip.path)  # but keyword-free sentences make context and negatives
                 continue
             label = clip.label if clip.label in index else (UNKNOWN if UNKNOWN in index else None)
             if label is None or label == SILENCE:
@@ -232,11 +234,53 @@ class KwsTask(Task):
         self.n_train = len(splits["train"])
         self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
         self.augment = build_augment(self.cfg.augment, self.noises)
+        wants_sentences = self.data.context_prob > 0 or self.data.sentence_negatives > 0
+        if wants_sentences and not sentences:
+            raise CorpusError("context_prob / sentence_negatives need keyword-free sentences in the sources "
+                              "(the synthetic corpus has them: synth:default)")  # fmt: skip
+        self.sentences = AudioStore(sentences) if wants_sentences else None
+        self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
         self._prepared = True
 
+    def _context(self, n: int, r: np.random.Generator) -> np.ndarray:
+        """``n`` samples of keyword-free background: speech, music, noise or near-silence."""
+        kind = r.choice(4, p=[0.45, 0.2, 0.25, 0.1])
+        if kind == 0:  # sentences and non-keyword words, -35..-15 dBFS each, short pauses
+            out, pos = np.zeros(n, np.float32), int(r.integers(0, SAMPLE_RATE // 2))
+            while pos < n:
+                if self.unknown_train and r.random() < 0.4:
+                    x = self.store[self.unknown_train[int(r.integers(len(self.unknown_train)))]]
+                else:
+                    x = self.sentences[int(r.integers(len(self.sentences)))]
+                x = x[: n - pos] * 10 ** (r.uniform(-35, -15) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)
+                out[pos : pos + len(x)] = x
+                pos += len(x) + int(r.uniform(0.05, 0.8) * SAMPLE_RATE)
+            return out
+        if kind == 1:
+            return music_like(n, r, level_dbfs=r.uniform(-40, -20))
+        if kind == 2 and self.noises is not None and len(self.noises):
+            x = _random_crop(self.noises[int(r.integers(len(self.noises)))], n, r)
+            return (x * 10 ** (r.uniform(-50, -20) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)).astype(np.float32)
+        return r.normal(0, 10 ** (r.uniform(-80, -50) / 20), n).astype(np.float32)
+
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+        ex = self._clip_example(split, index, rng)
+        if split == "train" and self.data.context_samples:
+            r = rng if rng is not None else item_rng(index)
+            n = self.data.context_samples
+            ctx = self._context(n, r) if r.random() < self.data.context_prob else np.zeros(n, np.float32)
+            ex["audio"] = np.concatenate([ctx[None], ex["audio"]], axis=1)
+        return ex
+
+    def _clip_example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
         n = len(self.items[split])
         length = self.data.clip_samples
+        if index >= n + self._n_silence(n):  # a hard negative: a window of a keyword-free sentence
+            r = rng if rng is not None else item_rng(index)
+            x = _random_crop(self.sentences[int(r.integers(len(self.sentences)))], length, r)
+            if self.augment is not None:
+                x = self.augment(x, r)
+            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN)}
         if index >= n:  # a silence example: background noise (or near-digital silence) at a random level
             r = rng if rng is not None else item_rng(index)
             if self.noises is not None and len(self.noises) and r.random() < 0.8:
@@ -258,7 +302,8 @@ class KwsTask(Task):
     def train_set(self) -> torch.utils.data.Dataset:
         self._prepare()
         n = len(self.items["train"])
-        return _Items(n + self._n_silence(n), lambda i, rng: self._example("train", i, rng))
+        negatives = round(n * self.data.sentence_negatives) if UNKNOWN in self.labels else 0
+        return _Items(n + self._n_silence(n) + negatives, lambda i, rng: self._example("train", i, rng))
 
     def has_validation(self) -> bool:
         self._prepare()

@@ -1,0 +1,103 @@
+"""Denoiser evaluation: the test mixtures (held out from training), mixing, peer alignment, the report."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgessm.data.corpora import shared_read_speech
+from edgessm.data.manifest import assign_split
+from edgessm.eval import denoise
+from edgessm.eval.peers import Peer, estimate_delay
+
+RECIPE = Path(__file__).resolve().parents[1] / "edgessm" / "train" / "configs" / "denoise.toml"
+
+
+def _speech(seconds: float = 3.0) -> np.ndarray:
+    """A speech-like test signal: a harmonic tone with a syllable-rate envelope."""
+    t = np.arange(int(seconds * 16000)) / 16000
+    f0 = 140 + 30 * np.sin(2 * np.pi * 0.7 * t)
+    x = sum(np.sin(2 * np.pi * k * np.cumsum(f0) / 16000) / k for k in range(1, 12))
+    return (0.1 * x * (0.5 + 0.5 * np.sin(2 * np.pi * 4 * t) ** 2)).astype(np.float32)
+
+
+def test_mix_sets_snr_and_level():
+    rng = np.random.default_rng(0)
+    clean, noise = _speech(), rng.standard_normal(48000).astype(np.float32)
+    for snr in (-5.0, 0.0, 15.0):
+        c, noisy = denoise.mix(clean, noise, snr, level_dbfs=-25.0)
+        got = 10 * np.log10(np.mean(c.astype(np.float64) ** 2) / np.mean((noisy - c).astype(np.float64) ** 2))
+        assert got == pytest.approx(snr, abs=0.05)
+        assert 20 * np.log10(np.sqrt(np.mean(noisy.astype(np.float64) ** 2))) == pytest.approx(-25.0, abs=0.05)
+
+
+def test_estimate_delay_finds_a_known_lag():
+    x = _speech(1.0)
+    assert estimate_delay(lambda s: np.concatenate([np.zeros(37, np.float32), s]), x) == 37
+    assert estimate_delay(lambda s: 0.5 * s, x) == 0
+
+
+def test_test_speakers_are_never_trained_or_validated_on():
+    data = tomllib.loads(RECIPE.read_text())["data"]
+    val_pct, test_pct = data.get("validation_pct", 10.0), data["test_pct"]
+    test = set(denoise.test_speakers(val_pct, test_pct))
+    assert len(test) >= 15
+    trained = {c.speaker for c in shared_read_speech() if assign_split(c, val_pct, test_pct) != "test"}
+    assert not test & trained
+    assert "dude_miaowing.wav" in data["test_noise_holdout"]
+    assert not set(data["test_noise_holdout"]) & set(data["val_noise_holdout"])
+
+
+def test_mixtures_cover_every_noise_and_snr_and_are_reproducible():
+    a = denoise.test_mixtures(per_speaker=1, seed=3)
+    b = denoise.test_mixtures(per_speaker=1, seed=3)
+    assert [m.name for m in a] == [m.name for m in b]
+    assert all(np.array_equal(x.noisy, y.noisy) for x, y in zip(a, b, strict=True))
+    assert {m.noise for m in a} == set(denoise.NOISE_KINDS)
+    assert {m.snr_db for m in a} == set(denoise.SNRS_DB)
+    for m in a:
+        assert m.clean.shape == m.noisy.shape and np.isfinite(m.noisy).all() and np.abs(m.noisy).max() < 1
+
+
+@pytest.mark.parametrize("key", ["rnnoise", "dfn3"])
+def test_peer_output_is_time_aligned(key):
+    probe = denoise.test_mixtures(per_speaker=1, seed=0)[0].clean
+    peer = Peer(key, probe)
+    assert 0 < peer.delay < 1600  # frame delay plus lookahead, under 100 ms
+    y = peer(probe)
+    assert y.shape == probe.shape
+    # clean speech passes a denoiser largely intact and, once aligned, in phase with the input
+    corr = float(y @ probe) / (np.linalg.norm(y) * np.linalg.norm(probe))
+    assert corr > 0.8
+
+
+def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys):
+    from test_denoise_cli import TINY  # the tiny random denoiser the CLI tests use
+
+    import torch
+
+    from edgessm.cli import main
+    from edgessm.deploy.onnx_export import export_onnx
+    from edgessm.nets import build_network
+
+    torch.manual_seed(0)
+    graph = tmp_path / "tiny.onnx"
+    export_onnx(build_network("denoise", **TINY).eval(), graph, 256, {"task": "denoise", "model_name": "tiny"})
+    out = tmp_path / "report"
+    assert main(["eval", str(graph), "--peers", "rnnoise", "--limit", "3", "--out", str(out), "--no-progress"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["mixtures"] == 3 and set(report["systems"]) == {"noisy", "tiny", "RNNoise"}
+    noisy = report["systems"]["noisy"]["mean"]
+    assert noisy["si_sdr_i"] == pytest.approx(0.0, abs=1e-6)  # the input against itself improves nothing
+    for s in report["systems"].values():
+        assert 1.0 <= s["mean"]["pesq"] <= 4.7 and 0.0 <= s["mean"]["stoi"] <= 1.0
+    assert report["systems"]["tiny"]["rtf"] > 0 and report["systems"]["tiny"]["latency_ms"] == pytest.approx(16.0)
+    md = (out / "report.md").read_text()
+    assert "| RNNoise |" in md and "Ratios of tiny" in md
+    assert (out / "denoise_metrics.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="one test set"):
+        main(["eval", str(graph), "--sets", "sc-test"])
