@@ -76,9 +76,8 @@ def test_peer_output_is_time_aligned(key):
 
 
 def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys):
-    from test_denoise_cli import TINY  # the tiny random denoiser the CLI tests use
-
     import torch
+    from test_denoise_cli import TINY  # the tiny random denoiser the CLI tests use
 
     from edgessm.cli import main
     from edgessm.deploy.onnx_export import export_onnx
