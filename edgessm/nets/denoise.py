@@ -7,6 +7,11 @@ Decoder level i (mirrored): transposed convolution (c_{i+1} -> c_i, r_i), add th
 input (long skip), residual SSM block. Output: SSM blocks at the input width, the last one linear.
 Everything is causal; the algorithmic latency is the total stride (an upsampled sample depends on its
 whole coarse frame).
+
+``residual`` (our addition, not in the paper): the output is ``x + g * hourglass(x)`` with a learned
+scalar ``g`` that starts at 0.1, so training starts near the identity (SI-SDR improvement about 0
+rather than a large negative one) and learns what to remove; on a CPU budget ~100x below the paper's 500 epochs
+the plain hourglass was still 5 dB *worse* than its input after 2,000 steps.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import torch
 from torch import Tensor, nn
 
 from edgessm.ssm import CentaurusBlock, Counts, DownConv, ElasticBudget, Streamable, UpConv
@@ -35,6 +41,7 @@ class HourglassConfig(ElasticOptions):
     n_sub: int = 4
     pre_conv: int = 4
     in_channels: int = 1
+    residual: bool = False  # output = input + g * hourglass(input), g learned from 0.1 (see the module docstring)
 
 
 class Hourglass(ElasticBudget, Streamable):
@@ -64,6 +71,7 @@ class Hourglass(ElasticBudget, Streamable):
         self.dec = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i]) for i in range(n))
         c0 = widths[0]
         self.out = nn.ModuleList([blk("full", c0, cfg.states[0]), blk("full", c0, cfg.states[0], activation=False)])
+        self.gain = nn.Parameter(torch.full((1,), 0.1)) if cfg.residual else None
         stride = 1
         for r in cfg.pools:
             stride *= r
@@ -103,6 +111,8 @@ class Hourglass(ElasticBudget, Streamable):
             h = apply(self.dec[i], h)
         for out in self.out:
             h = apply(out, h)
+        if self.gain is not None:
+            h = x + self.gain * h
         return h, new
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
@@ -133,4 +143,6 @@ class Hourglass(ElasticBudget, Streamable):
             total = total + Counts(c.params, c.flops * float(rate))
         for out in self.out:
             total = total + out.counts()
+        if self.gain is not None:  # one scale and one add per sample
+            total = total + Counts(1, 2.0)
         return total
