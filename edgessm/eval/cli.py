@@ -127,17 +127,7 @@ def run(args: argparse.Namespace) -> int:
         streams = kws.keyword_streams(args.keywords_per_background, args.seed)
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
         report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
-    md = kws_markdown(report)
-    print(md)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "report.json", json.dumps(report, indent=1))
-        write_text(out / "report.md", md)
-        for f in kws_plots(report, out):
-            print(f"wrote {f}", file=sys.stderr)
-        print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
-    return 0
+    return _write_report(report, kws_markdown, kws_plots, args.out)
 
 
 def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
@@ -172,16 +162,21 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
               "params": int(model.info.extra.get("params", 0)) or None,
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip
-    md = denoise_markdown(report)
+    return _write_report(report, denoise_markdown, denoise_plots, args.out)
+
+
+def _write_report(report: dict, markdown, plots, out: str | None) -> int:
+    """Print the Markdown tables; with ``out``, write report.json, report.md and the plots there."""
+    md = markdown(report)
     print(md)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text(out / "report.json", json.dumps(report, indent=1))
-        write_text(out / "report.md", md)
-        for f in denoise_plots(report, out):
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text(folder / "report.json", json.dumps(report, indent=1))
+        write_text(folder / "report.md", md)
+        for f in plots(report, folder):
             print(f"wrote {f}", file=sys.stderr)
-        print(f"wrote {out / 'report.json'} and {out / 'report.md'}", file=sys.stderr)
+        print(f"wrote {folder / 'report.json'} and {folder / 'report.md'}", file=sys.stderr)
     return 0
 
 
