@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .devices import input_device, parse_device, sounddevice_or_exit
+from .devices import input_device, parse_device, pump_blocks, sounddevice_or_exit
 
 BLOCK_S = 1.0  # seconds of audio read per block
 PROGRESS_MIN_S = 5.0  # no progress bar for inputs shorter than this
@@ -636,26 +636,8 @@ def _live(args: argparse.Namespace) -> int:
         _close_sink(sink)
         raise _no_microphone(e) from None
     print(f"denoising {dev['name']} at {rate} Hz to {target} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    interrupted = False
     try:
-        try:
-            start = time.monotonic()
-            while args.duration is None or time.monotonic() - start < args.duration:
-                try:
-                    block = blocks.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                put(denoiser.feed(block[None]))
-        except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
-            interrupted = True
-        finally:
-            mic.stop()
-            mic.close()
-        while not interrupted:  # --duration: what was captured before the stream stopped is denoised too
-            try:
-                put(denoiser.feed(blocks.get_nowait()[None]))
-            except queue.Empty:
-                break
+        pump_blocks(mic, blocks, args.duration, lambda block: put(denoiser.feed(block[None])))
         put(denoiser.finish(), last=True)
         if isinstance(sink, Writer):
             sink.commit()

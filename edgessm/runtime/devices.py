@@ -1,7 +1,11 @@
-"""Audio devices for the live commands: importing PortAudio's binding with a useful error, and
-reading ``--device`` values (torch-free)."""
+"""Audio devices for the live commands: importing PortAudio's binding with a useful error,
+reading ``--device`` values, and the capture loop both live commands run (torch-free)."""
 
 from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
 
 
 def sounddevice_or_exit(command: str, alternative: str, error: type[SystemExit] = SystemExit):
@@ -31,3 +35,33 @@ def input_device(sd, value: str | None, no_microphone) -> tuple[int | str | None
     except (ValueError, sd.PortAudioError) as e:
         raise no_microphone(e) from None
     return device, info, int(info["default_samplerate"])
+
+
+def pump_blocks(mic, blocks: queue.SimpleQueue, duration: float | None, feed: Callable,
+                idle: Callable[[], None] | None = None, poll_s: float = 0.1) -> bool:  # fmt: skip
+    """The live loop: ``feed(block)`` every captured block until ``duration`` seconds have passed
+    (``None``: forever) or Ctrl-C, then stop and close ``mic``. After a timed end, the blocks captured
+    before the stream stopped are fed too. ``idle()`` runs when no block came within ``poll_s``.
+
+    Returns whether Ctrl-C ended the loop.
+    """
+    interrupted = False
+    try:
+        start = time.monotonic()
+        while duration is None or time.monotonic() - start < duration:
+            try:
+                feed(blocks.get(timeout=poll_s))
+            except queue.Empty:
+                if idle is not None:
+                    idle()
+    except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
+        interrupted = True
+    finally:
+        mic.stop()
+        mic.close()
+    while not interrupted:
+        try:
+            feed(blocks.get_nowait())
+        except queue.Empty:
+            break
+    return interrupted

@@ -259,7 +259,7 @@ def _listen_file(listener: Listener, audio: np.ndarray, rate: int, args: argpars
 
 
 def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
-    from .devices import input_device
+    from .devices import input_device, pump_blocks
 
     sd = _sounddevice()
     device, dev, rate = input_device(sd, args.device, _no_microphone)
@@ -278,21 +278,5 @@ def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
         raise _no_microphone(e) from None
     words = ", ".join(decider.labels[i] for i in np.flatnonzero(decider.active))
     print(f"listening on {dev['name']} at {rate} Hz for {words} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    interrupted = False
-    try:
-        start = time.monotonic()
-        while args.duration is None or time.monotonic() - start < args.duration:
-            try:
-                listener.feed(rate, blocks.get(timeout=METER_PERIOD_S))
-            except queue.Empty:  # no audio yet: keep the meter alive
-                listener.show(force=True)
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        mic.stop()
-        mic.close()
-    while not interrupted:  # --duration: what was captured before the stream stopped is heard too
-        try:
-            listener.feed(rate, blocks.get_nowait())
-        except queue.Empty:
-            break
+    pump_blocks(mic, blocks, args.duration, lambda block: listener.feed(rate, block),
+                idle=lambda: listener.show(force=True), poll_s=METER_PERIOD_S)  # fmt: skip
