@@ -69,7 +69,13 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     import onnxruntime as ort
 
     from edgessm.deploy.onnx_export import run_stream
-    from edgessm.deploy.quantize import full_rate_nodes, quantize_int8, state_path_nodes
+    from edgessm.deploy.quantize import (
+        QUANTIZED_OPS,
+        full_rate_nodes,
+        quantize_int8,
+        ssm_kernel_nodes,
+        state_path_nodes,
+    )
 
     torch.manual_seed(0)
     net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
@@ -83,7 +89,10 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     assert readers and not any(n.op_type == "QuantizeLinear" for n in readers)  # state stays float
     fmodel = onnx.load(str(tmp_path / "f.onnx"))
     first = full_rate_nodes(fmodel)
-    assert first and set(kept) == set(state_path_nodes(fmodel)) | set(first)
+    ops = {n.name for n in fmodel.graph.node if n.op_type in QUANTIZED_OPS}
+    assert first and ssm_kernel_nodes(fmodel)
+    assert set(kept) == (set(state_path_nodes(fmodel)) | set(first) | set(ssm_kernel_nodes(fmodel))) & ops
+    assert set(kept) < ops  # the projections and the head run in int8
     pool = next(i for i, n in enumerate(fmodel.graph.node) if n.op_type == "AveragePool")
     order = {n.name: i for i, n in enumerate(fmodel.graph.node)}
     assert all(order[name] < pool for name in first)  # only the block that runs on the raw waveform
@@ -159,3 +168,48 @@ def test_int8_denoiser_quality_is_measured_on_held_out_mixtures(tmp_path, monkey
     assert q["clips"] == 3
     assert np.isfinite(q["fp32_si_sdr_improvement_db"]) and np.isfinite(q["int8_si_sdr_improvement_db"])
     assert q["fp32_si_sdr_improvement_db"] != q["int8_si_sdr_improvement_db"]  # two graphs really ran
+
+
+def test_prepare_for_int8_keeps_the_function_and_makes_weights_per_channel(tmp_path) -> None:
+    import onnxruntime as ort
+
+    from edgessm.deploy.onnx_export import run_stream
+    from edgessm.deploy.quantize import prepare_for_int8
+
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
+    export_onnx(net, tmp_path / "f.onnx", 128, {"task": "kws"})
+    model = onnx.load(str(tmp_path / "f.onnx"))
+    prepared = prepare_for_int8(model)
+    onnx.checker.check_model(prepared)
+    inits = {i.name for i in prepared.graph.initializer}
+    matmuls = [n for n in prepared.graph.node if n.op_type == "MatMul"]
+    rescaled = [n for n in matmuls if n.output[0].endswith("/row_normalized")]
+    assert rescaled and all(n.input[0] in inits for n in rescaled)  # left weights, rows normalised
+    consts = {n.output[0] for n in prepared.graph.node if n.op_type == "Constant"}
+    assert not any(i in consts for n in matmuls for i in n.input)  # every weight is an initializer
+    onnx.save(prepared, str(tmp_path / "p.onnx"))
+    x = _signal(128 * 20, seed=3)
+    a = run_stream(ort.InferenceSession(str(tmp_path / "f.onnx"), providers=["CPUExecutionProvider"]), x, 128)
+    b = run_stream(ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"]), x, 128)
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_full_rate_nodes_of_an_hourglass_are_its_waveform_ends(tmp_path) -> None:
+    from edgessm.deploy.quantize import QUANTIZED_OPS, full_rate_nodes
+
+    den = randomize(build_network("denoise", **SMALL, bottleneck_states=8, n_bottleneck=1), seed=2).eval()
+    export_onnx(den, tmp_path / "d.onnx", 128, {"task": "denoise"})
+    nodes = list(onnx.load(str(tmp_path / "d.onnx")).graph.node)
+    order = {n.name: i for i, n in enumerate(nodes)}
+    strided = [i for i, n in enumerate(nodes) if n.op_type in ("Conv", "ConvTranspose") and
+               any(a.name == "strides" and max(a.ints) > 1 for a in n.attribute)]  # fmt: skip
+    first_down, last_up = strided[0], strided[-1]
+    assert nodes[first_down].op_type == "Conv" and nodes[last_up].op_type == "ConvTranspose"
+    picked = full_rate_nodes(onnx.load(str(tmp_path / "d.onnx")))
+    assert nodes[first_down].name in picked and nodes[last_up].name in picked
+    assert all(order[p] <= first_down or order[p] >= last_up for p in picked)
+    full_rate = [
+        n.name for i, n in enumerate(nodes) if (i <= first_down or i >= last_up) and n.op_type in QUANTIZED_OPS
+    ]
+    assert picked == full_rate

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if report.unfriendly_ops:
         print("warning: ops outside the conservative NPU list: " + ", ".join(report.unfriendly_ops))
     if q:
-        print(f"int8: {q['kept_float']} nodes kept float32 (the state path); "
+        print(f"int8: {q['quantized']} MatMul/Conv nodes in int8, {q['kept_float']} kept float32 (state path, "
+              "first block, SSM kernels); "
               f"output SNR vs fp32 {q.get('output_snr_db', float('nan')):.1f} dB")  # fmt: skip
         if "int8_accuracy" in q:
             print(f"int8 on {q['clips']} held-out Speech Commands test clips: accuracy {q['fp32_accuracy']:.2%} (fp32) "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from torch import nn
 
 from edgessm import __version__
@@ -32,7 +33,7 @@ from edgessm.runtime.registry import sha256
 from edgessm.runtime.session import StepModel
 
 from .onnx_export import ExportReport, export_onnx
-from .quantize import quantize_int8
+from .quantize import QUANTIZED_OPS, quantize_int8
 
 
 def calibration_audio(seconds: float = 60.0, seed: int = 0) -> list[np.ndarray]:
@@ -184,7 +185,8 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             kept = quantize_int8(path, qp, calib)
             files.append(qp.name)
             if path == graph:
-                q = {"kept_float": len(kept), "kept_float_nodes": kept}
+                ops = [n for n in onnx.load(str(path)).graph.node if n.op_type in QUANTIZED_OPS]
+                q = {"quantized": len(ops) - len(kept), "kept_float": len(kept), "kept_float_nodes": kept}
         if verify_audio:
             q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
         if shared_data_dir(required=False) is not None:
