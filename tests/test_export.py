@@ -213,3 +213,17 @@ def test_full_rate_nodes_of_an_hourglass_are_its_waveform_ends(tmp_path) -> None
         n.name for i, n in enumerate(nodes) if (i <= first_down or i >= last_up) and n.op_type in QUANTIZED_OPS
     ]
     assert picked == full_rate
+
+
+def test_export_checks_the_graphs_on_openvino(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("openvino", reason="openvino is part of the training/export extra")
+    from edgessm.deploy import package as pkg
+
+    monkeypatch.setattr(pkg, "shared_data_dir", lambda required=False: None)  # no held-out accuracy run here
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False).eval()
+    audio = [_signal(128 * 40, seed=s) for s in range(2)]
+    desc = {"network": "kws", "config": {**SMALL, "window": 12, "dropout": 0.0}}
+    report, q = pkg.package(net, desc, tmp_path / "k", "k", 128, int8=True, verify_audio=audio, calibration=audio)
+    assert report.openvino_max_abs is not None and report.openvino_max_abs < 1e-4
+    assert 10.0 < q["openvino_snr_db"] < 200.0  # int8 kernels differ between runtimes, but not by much

@@ -87,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         mflops = int(r.metadata["flops_per_second"]) / 1e6
         print(f"wrote {r.path} (budget {k}: {int(r.metadata['params']):,} params, {mflops:.1f} MFLOP/s); "
               f"max abs error {r.max_abs_error:.2e}")  # fmt: skip
+    if report.openvino_max_abs is not None:
+        print(f"OpenVINO (CPU) runs the graph: max abs difference from ONNX Runtime {report.openvino_max_abs:.2e}")
     print("op census: " + ", ".join(f"{op} {n}" for op, n in report.op_census.items()))
     if report.unfriendly_ops:
         print("warning: ops outside the conservative NPU list: " + ", ".join(report.unfriendly_ops))
@@ -94,6 +96,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"int8: {q['quantized']} MatMul/Conv nodes in int8, {q['kept_float']} kept float32 (state path, "
               "first block, SSM kernels); "
               f"output SNR vs fp32 {q.get('output_snr_db', float('nan')):.1f} dB")  # fmt: skip
+        if "openvino_snr_db" in q:
+            snr = q["openvino_snr_db"]
+            print(f"OpenVINO (CPU) runs the int8 graph: its outputs are at {snr:.1f} dB SNR from ONNX Runtime's")
         if "int8_accuracy" in q:
             print(f"int8 on {q['clips']} held-out Speech Commands test clips: accuracy {q['fp32_accuracy']:.2%} (fp32) "
                   f"-> {q['int8_accuracy']:.2%} (int8), predictions agree on {q['agreement']:.2%}")  # fmt: skip

@@ -81,6 +81,7 @@ class ExportReport:
     unfriendly_ops: list[str]
     metadata: dict[str, str] = field(default_factory=dict)
     budgets: dict[int, ExportReport] = field(default_factory=dict)  # the other budget graphs of a model folder
+    openvino_max_abs: float | None = None  # OpenVINO (CPU) vs ONNX Runtime on real speech, when OpenVINO is installed
 
 
 def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata: dict[str, Any] | None = None,

@@ -33,6 +33,7 @@ from edgessm.runtime.registry import sha256
 from edgessm.runtime.session import StepModel
 
 from .onnx_export import ExportReport, export_onnx
+from .portability import openvino_available, runtime_agreement
 from .quantize import QUANTIZED_OPS, quantize_int8
 
 
@@ -176,6 +177,9 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     with atomic_path(folder / "model.safetensors") as tmp:
         save_file(tensors, str(tmp))
     write_text(folder / "model.json", json.dumps(desc, indent=1) + "\n")
+    speech = verify_audio[-1][: len(verify_audio[-1]) - len(verify_audio[-1]) % chunk] if verify_audio else None
+    if speech is not None and openvino_available():  # the second runtime (issue: portability)
+        report.openvino_max_abs, _ = runtime_agreement(graph, speech)
     q: dict[str, Any] = {}
     if int8:
         calib = calibration if calibration is not None else calibration_audio()
@@ -189,6 +193,8 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
                 q = {"quantized": len(ops) - len(kept), "kept_float": len(kept), "kept_float_nodes": kept}
         if verify_audio:
             q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
+        if speech is not None and openvino_available():
+            q["openvino_snr_db"] = runtime_agreement(qpath, speech)[1]
         if shared_data_dir(required=False) is not None:
             if desc["network"] == "kws":
                 q.update(kws_int8_quality(graph, qpath))

@@ -27,8 +27,10 @@ def run_openvino(path: str | os.PathLike, x: np.ndarray, threads: int = 1) -> np
     return np.concatenate(outs, axis=-1)
 
 
-def compare_runtimes(path: str | os.PathLike, x: np.ndarray) -> float:
-    """Max abs difference between OpenVINO and ONNX Runtime streaming ``x`` through ``path``."""
+def runtime_agreement(path: str | os.PathLike, x: np.ndarray) -> tuple[float, float]:
+    """``(max abs difference, SNR in dB)`` of OpenVINO's outputs against ONNX Runtime's, streaming
+    ``x`` through ``path``. An int8 graph differs more than rounding: each runtime has its own
+    integer kernels and requantization."""
     import onnxruntime as ort
 
     from .onnx_export import run_stream
@@ -36,4 +38,17 @@ def compare_runtimes(path: str | os.PathLike, x: np.ndarray) -> float:
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     chunk = session.get_inputs()[0].shape[-1]
     x = np.asarray(x, np.float32)[: len(x) - len(x) % chunk]
-    return float(np.abs(run_openvino(path, x) - run_stream(session, x, chunk)).max())
+    a, b = run_stream(session, x, chunk), run_openvino(path, x)
+    err = float(np.mean((a - b) ** 2))
+    return float(np.abs(a - b).max()), float(10 * np.log10(max(float(np.mean(a**2)), 1e-30) / max(err, 1e-30)))
+
+
+def compare_runtimes(path: str | os.PathLike, x: np.ndarray) -> float:
+    """Max abs difference between OpenVINO and ONNX Runtime streaming ``x`` through ``path``."""
+    return runtime_agreement(path, x)[0]
+
+
+def openvino_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
