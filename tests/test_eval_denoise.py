@@ -100,3 +100,27 @@ def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys):
     assert (out / "denoise_metrics.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="one test set"):
         main(["eval", str(graph), "--sets", "sc-test"])
+
+
+def test_eval_of_a_model_folder_scores_its_int8_graph_in_the_same_run(tmp_path, monkeypatch) -> None:
+    import torch
+    from test_denoise_cli import TINY
+
+    from edgessm.cli import main
+    from edgessm.deploy import package as pkg
+    from edgessm.nets import build_network
+
+    monkeypatch.setattr(pkg, "shared_data_dir", lambda required=False: None)  # skip the exporter's quality run
+    torch.manual_seed(0)
+    net = build_network("denoise", **TINY).eval()
+    calib = [np.random.default_rng(s).normal(0, 0.1, 256 * 40).astype(np.float32) for s in range(2)]
+    pkg.package(net, {"network": "denoise", "config": TINY}, tmp_path / "dn", "dn", 256, int8=True, calibration=calib)
+    out = tmp_path / "report"
+    assert (
+        main(["eval", str(tmp_path / "dn"), "--peers", "none", "--limit", "2", "--out", str(out), "--no-progress"]) == 0
+    )
+    report = json.loads((out / "report.json").read_text())
+    assert set(report["systems"]) == {"noisy", "dn", "dn int8"}
+    a, b = report["systems"]["dn"]["mean"], report["systems"]["dn int8"]["mean"]
+    assert a["si_sdr"] != b["si_sdr"] and abs(a["si_sdr"] - b["si_sdr"]) < 3.0  # two graphs, close results
+    assert "| dn int8 |" in (out / "report.md").read_text()

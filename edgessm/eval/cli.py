@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
+    from edgessm.runtime.session import StepModel
+
     from . import denoise
     from .peers import Peer
     from .report import denoise_markdown, denoise_plots
@@ -144,6 +146,10 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     name = model.info.extra.get("model_name", path.stem)
     systems = {"noisy": lambda x: x, name: denoise.graph_system(model)}
     latency = {name: 1000 * model.info.latency_samples / model.info.sample_rate}
+    twin = _int8_twin(args.model, path) if not args.int8 else None
+    if twin is not None:  # the int8 graph beside the fp32 one is scored in the same run: its quality change
+        systems[f"{name} int8"] = denoise.graph_system(StepModel(twin, threads=args.threads))
+        latency[f"{name} int8"] = latency[name]
     peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != "none"]
     for key in peers:
         try:
@@ -163,6 +169,17 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip
     return _write_report(report, denoise_markdown, denoise_plots, args.out)
+
+
+def _int8_twin(model: str, path: Path) -> Path | None:
+    """The int8 graph that ships beside ``path`` (a shipped model or model folder), if any."""
+    from edgessm.runtime.registry import resolve_graph
+
+    try:
+        twin = resolve_graph(model, int8=True)
+    except (FileNotFoundError, ValueError):
+        return None
+    return twin if twin != path and twin.is_file() else None
 
 
 def _write_report(report: dict, markdown, plots, out: str | None) -> int:
