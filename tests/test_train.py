@@ -328,3 +328,23 @@ def test_sigterm_to_the_whole_process_group_checkpoints_and_resumes(sc_folder: P
     assert proc.wait(timeout=120) == 0
     state = torch.load(out / "checkpoints" / "last.pt", weights_only=True)
     assert state["step"] > 0
+
+
+def test_denoise_min_words_keeps_only_sentences(tmp_path: Path) -> None:
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    rows = ["path,speaker,label,text,split,source"]
+    for i, wav in enumerate(sorted(clean.rglob("*.wav"))):
+        text = "yes" if i % 2 else "the quick brown fox"
+        rows.append(f"{wav},spk{i % 3},x,{text},{'validation' if i < 2 else 'train'},t")
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("\n".join(rows) + "\n")
+    base = {"task": "denoise", "model": {}, "data": {"sources": [f"manifest:{manifest}"], "noise": [f"noise:{noise}"],
+                                                     "val_noise_holdout": ["hum.wav"]}}  # fmt: skip
+    every = DenoiseTask(TrainConfig.from_dict(base))
+    every._prepare()
+    sentences = DenoiseTask(TrainConfig.from_dict({**base, "data": {**base["data"], "min_words": 3}}))
+    sentences._prepare()
+    assert len(every.train_clips) == 6 and len(sentences.train_clips) == 3
+    assert all(len(c.text.split()) >= 3 for c in sentences.train_clips + sentences.val_clips)

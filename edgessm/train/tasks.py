@@ -352,6 +352,7 @@ class DenoiseData:
     test_noise_holdout: tuple[str, ...] = ("dude_miaowing.wav",)  # never mixed in training or validation
     spectral_weight: float = 1.0  # the ERB spectral loss weight ramps from 0 to this over training
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
+    min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
 
 
 class DenoiseTask(Task):
@@ -372,6 +373,8 @@ class DenoiseTask(Task):
         from edgessm.data.store import ClipDrawer
 
         clips = load_sources(list(self.data.sources))
+        if self.data.min_words:  # isolated words in silence are not the speech a denoiser hears
+            clips = [c for c in clips if not c.text or len(c.text.split()) >= self.data.min_words]
         split = {id(c): assign_split(c, self.data.validation_pct, self.data.test_pct) for c in clips}
         train = [c for c in clips if split[id(c)] == "train"]
         val = [c for c in clips if split[id(c)] == "validation"]
