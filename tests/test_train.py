@@ -348,3 +348,22 @@ def test_denoise_min_words_keeps_only_sentences(tmp_path: Path) -> None:
     sentences._prepare()
     assert len(every.train_clips) == 6 and len(sentences.train_clips) == 3
     assert all(len(c.text.split()) >= 3 for c in sentences.train_clips + sentences.val_clips)
+
+
+def test_denoise_validation_streams_joined_clips(tmp_path: Path) -> None:
+    import numpy as np
+
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    data = {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "val_noise_holdout": ["hum.wav"],
+            "validation_pct": 50.0, "segment_samples": 4096, "val_samples": 48000}  # fmt: skip
+    task = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": data}))
+    task._prepare()
+    longest = max(len(task.clean[len(task.train_clips) + i]) for i in range(len(task.val_clips)))
+    assert longest < 48000  # one clip cannot fill the validation length: it must join several
+    ex = task._example("validation", 0, None)
+    assert ex["noisy"].shape == ex["clean"].shape == (1, 48000)
+    speech = np.abs(ex["clean"][0]) > 1e-4
+    assert speech[:16000].any() and speech[-16000:].any()  # speech throughout, not one clip in silence
+    assert task._example("train", 0, np.random.default_rng(0))["noisy"].shape == (1, 4096)

@@ -353,6 +353,7 @@ class DenoiseData:
     spectral_weight: float = 1.0  # the ERB spectral loss weight ramps from 0 to this over training
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
     min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
+    val_samples: int = 0  # validation length (0: segment_samples); longer ones join consecutive clips, as a stream
 
 
 class DenoiseTask(Task):
@@ -409,10 +410,23 @@ class DenoiseTask(Task):
             clean = _crop_or_place(self.clean[index], self.data.segment_samples, r)
             noisy, target = self.augment(clean, r)
         else:
-            clean = _crop_or_place(self.clean[len(self.train_clips) + index], self.data.segment_samples, r)
-            noise = _random_crop(self.noise_val[int(r.integers(len(self.noise_val)))], self.data.segment_samples, r)
+            length = self.data.val_samples or self.data.segment_samples
+            clean = _crop_or_place(self._joined_val(index, length), length, r)
+            noise = _random_crop(self.noise_val[int(r.integers(len(self.noise_val)))], length, r)
             noisy, target = self.mix_val(clean, noise, r)
         return {"noisy": noisy.astype(np.float32)[None], "clean": target.astype(np.float32)[None]}
+
+    def _joined_val(self, index: int, length: int) -> np.ndarray:
+        """Validation clip ``index`` followed by the next ones until ``length`` samples: a streamed
+        model is validated on as long an input as it will stream, not on one short clip."""
+        n, base = len(self.val_clips), len(self.train_clips)
+        parts, total = [], 0
+        for k in range(index, index + n):
+            parts.append(self.clean[base + k % n])
+            total += len(parts[-1])
+            if total >= length:
+                break
+        return np.concatenate(parts)
 
     def train_set(self):
         self._prepare()
