@@ -81,7 +81,7 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
     export_onnx(net, tmp_path / "f.onnx", 128, {"task": "kws"})
     audio = [_signal(128 * 40, seed=s) for s in range(3)]
-    kept = quantize_int8(tmp_path / "f.onnx", tmp_path / "q.onnx", audio)
+    kept = quantize_int8(tmp_path / "f.onnx", tmp_path / "q.onnx", audio).kept
     q = onnx.load(str(tmp_path / "q.onnx"))
     assert {p.key: p.value for p in q.metadata_props}["quantization"].startswith("int8")
     state_inputs = {i.name for i in q.graph.input if i.name.startswith("in.")}

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 from torch import nn
 
 from edgessm import __version__
@@ -34,7 +33,7 @@ from edgessm.runtime.session import StepModel
 
 from .onnx_export import ExportReport, export_onnx
 from .portability import openvino_available, runtime_agreement
-from .quantize import QUANTIZED_OPS, quantize_int8
+from .quantize import quantize_int8
 
 
 def calibration_audio(seconds: float = 60.0, seed: int = 0) -> list[np.ndarray]:
@@ -115,9 +114,9 @@ def denoise_int8_quality(fp32: Path, int8: Path, clips: int = 24, seed: int = 0)
 
 def output_snr_db(fp32: Path, int8: Path, audio: np.ndarray) -> float:
     """How close the int8 graph's outputs stay to the fp32 graph's on ``audio`` (dB)."""
-    ya, yb = StepModel(fp32).process(audio), StepModel(int8).process(audio)
-    err = float(np.mean((ya - yb) ** 2))
-    return float(10 * np.log10(float(np.mean(ya**2)) / max(err, 1e-30)))
+    from edgessm.eval.metrics import snr_db
+
+    return snr_db(StepModel(fp32).process(audio), StepModel(int8).process(audio))
 
 
 def write_manifest(folder: Path, files: list[str], extra: dict[str, Any]) -> Path:
@@ -186,11 +185,10 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
         qpath = folder / f"{name}.int8.onnx"
         for path in graphs:  # every budget graph gets its int8 twin; the quality checks below use K̄'s
             qp = path.with_name(path.name[: -len(".onnx")] + ".int8.onnx")
-            kept = quantize_int8(path, qp, calib)
+            plan = quantize_int8(path, qp, calib)
             files.append(qp.name)
             if path == graph:
-                ops = [n for n in onnx.load(str(path)).graph.node if n.op_type in QUANTIZED_OPS]
-                q = {"quantized": len(ops) - len(kept), "kept_float": len(kept), "kept_float_nodes": kept}
+                q = {"quantized": len(plan.quantized), "kept_float": len(plan.kept), "kept_float_nodes": plan.kept}
         if verify_audio:
             q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
         if speech is not None and openvino_available():

@@ -25,6 +25,7 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -156,6 +157,11 @@ def prepare_for_int8(model):
     return model
 
 
+class Int8Plan(NamedTuple):
+    kept: list[str]  # MatMul/Conv nodes left float32
+    quantized: list[str]  # MatMul/Conv nodes in int8
+
+
 class _Calibration:
     """onnxruntime CalibrationDataReader: real chunks with the states the float graph reaches."""
 
@@ -187,15 +193,16 @@ class _Calibration:
 
 
 def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, calibration_audio: Iterable[np.ndarray],
-                  max_calibration_chunks: int = 400) -> list[str]:  # fmt: skip
-    """Write the int8 QDQ version of ``float_path``; returns the names of the MatMul/Conv nodes kept float."""
+                  max_calibration_chunks: int = 400) -> Int8Plan:  # fmt: skip
+    """Write the int8 QDQ version of ``float_path``; returns which MatMul/Conv nodes stayed float and
+    which were quantized."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     model = onnx.load(str(float_path))
     metadata = [(p.key, p.value) for p in model.metadata_props]
     keep = sorted(set(state_path_nodes(model)) | set(full_rate_nodes(model)) | set(ssm_kernel_nodes(model)))
-    quantizable = {n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS}
+    quantizable = [n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS]
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
@@ -227,4 +234,5 @@ def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, ca
                              f"float32: {kept_float}")  # fmt: skip
         with atomic_path(out_path) as tmp_out:
             onnx.save(q, str(tmp_out))
-    return [k for k in keep if k in quantizable]
+    kept = set(keep)
+    return Int8Plan([k for k in quantizable if k in kept], [k for k in quantizable if k not in kept])
