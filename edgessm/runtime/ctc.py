@@ -55,7 +55,7 @@ class _State:
     chars: list[_Char] = field(default_factory=list)
     prev: int = -1  # argmax of the previous frame (repeats collapse only within a run)
     silent: int = 0  # frames since the last frame that emitted or extended a non-space character
-    start: int | None = None  # first frame of the segment's first character
+    start: int | None = None  # first frame of the segment's first character (None: no text yet)
 
 
 class CtcStreamDecoder:
@@ -99,8 +99,7 @@ class CtcStreamDecoder:
         for k in np.argmax(logits, axis=0).tolist():
             self._step(int(k))
             s = self._s
-            has_text = any(c.label != self.space for c in s.chars)
-            if has_text and (s.silent >= trailing or self.frame - s.start >= longest):
+            if s.start is not None and (s.silent >= trailing or self.frame - s.start >= longest):
                 done.append(self._segment(final=True))
                 self._s = _State(prev=s.prev)
         return done
@@ -129,7 +128,7 @@ class CtcStreamDecoder:
 
     def flush(self) -> Segment | None:
         """End of stream: the current segment as final, or ``None`` if it has no text."""
-        if not any(c.label != self.space for c in self._s.chars):
+        if self._s.start is None:
             return None
         seg = self._segment(final=True)
         self._s = _State()
