@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import random_chunks, randomize, rel_err
 
@@ -39,6 +40,39 @@ def test_asr_streaming_equals_forward() -> None:
     with torch.no_grad():
         y, _ = run_chunked(net, x, [320 * s for s in random_chunks(24, seed=4, high=5)])
         assert rel_err(y, net(x)) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"downsample": "conv", "repeats": [1, 2, 2]},
+        {"module": "ffn", "repeats": [1, 1, 2], "head_hidden": 12},
+        {"module": "conv", "module_kernel": 5, "downsample": "conv"},
+    ],
+    ids=["table7-conv-downsampling", "ffn-module-mlp-head", "conv-module"],
+)
+def test_asr_variants_stream_like_forward(variant: dict) -> None:
+    """Table 7's stage layout and the Table 2 module variants stream exactly like the parallel forward."""
+    net = randomize(build_network("asr", **{**SMALL, "pools": [4, 4, 20]}, **variant), seed=7).eval()
+    assert net.stride == 320
+    x = torch.randn(1, 1, 320 * 20)
+    with torch.no_grad():
+        y, state = run_chunked(net, x, [320 * s for s in random_chunks(20, seed=8, high=4)])
+        assert y.shape == (1, 29, 20)
+        assert rel_err(y, net(x)) < 1e-4
+    assert len(state) == len(net.state_shapes())
+    c = net.counts()
+    assert c.params <= sum(p.numel() for p in net.parameters())  # counts leave out only Δ-style training scalars
+    assert c.params > 0.8 * sum(p.numel() for p in net.parameters())
+
+
+def test_asr_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="module must be one of none, ffn, conv"):
+        build_network("asr", **SMALL, module="lstm")
+    with pytest.raises(ValueError, match="repeats must have one entry per stage"):
+        build_network("asr", **SMALL, repeats=[1, 1])
+    with pytest.raises(ValueError, match="downsample must be 'pool' or 'conv'"):
+        build_network("asr", **SMALL, downsample="max")
 
 
 def test_denoiser_streaming_equals_forward() -> None:

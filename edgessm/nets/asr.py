@@ -1,19 +1,31 @@
-"""Streaming CTC recognizer: a fully state-space Centaurus encoder (paper Sec. 5.3, Table 7).
+"""Streaming CTC recognizer: a fully state-space Centaurus encoder (paper Sec. 5.3, App. E.3, Table 7).
 
-Residual SSM blocks with average pooling down to 20 ms frames (total stride 320 at 16 kHz),
-then a per-frame linear layer to the CTC vocabulary (blank first). No attention, no LSTM.
+Stage ``i`` (one row of Table 7): a residual SSM block of kind ``kinds[i]`` with ``states[i]`` states
+taking ``channels[i-1]`` to ``channels[i]`` (the first from the waveform), then the stage's downsampling
+by ``pools[i]``, then ``repeats[i] - 1`` more blocks at the new rate ("only the first occurrence of the
+block contains the downsampling layer"). The downsampling is a learned strided projection
+(``downsample = "conv"``, kernel = stride = ``pools[i]``, as Table 7's "downsampling layer projecting the
+temporal and channel dimension") or causal average pooling (``"pool"``, as in the keyword spotter).
+
+``module`` appends a feed-forward (``"ffn"``) or causal convolution (``"conv"``) module after every block
+(the Table 2 variants, :mod:`edgessm.nets.modules`). The head is a per-frame linear layer, or a 2-layer
+MLP (``head_hidden > 0``, the paper's character head), to the CTC vocabulary (blank = 0). With total
+stride 320 at 16 kHz one CTC frame is 20 ms. No attention, no LSTM, nothing looks ahead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from edgessm.ssm import AvgPool, CentaurusBlock, Counts, DownConv, StreamSequential
 from edgessm.ssm.essm import ElasticBudget
-from edgessm.ssm.stream import Counts, State
+from edgessm.ssm.stream import State
 
-from .backbone import ElasticOptions, centaurus_backbone
+from .backbone import ElasticOptions, block_kwargs
+from .modules import MODULE_KINDS, make_module
 
 
 @dataclass
@@ -25,9 +37,51 @@ class CtcRecognizerConfig(ElasticOptions):
         default_factory=lambda: ["full", "full", "bottleneck", "bottleneck", "pointwise", "pointwise"]
     )
     pools: list[int] = field(default_factory=lambda: [4, 4, 4, 5, 1, 1])
+    repeats: list[int] | None = None  # blocks per stage (default: one each)
+    downsample: str = "pool"  # "pool" | "conv" (see the module docstring)
+    module: str = "none"  # "none" | "ffn" | "conv": appended after every block (Table 2 variants)
+    module_kernel: int = 7  # conv module: causal depthwise kernel (frames at the block's rate)
+    ffn_mult: int = 2  # ffn module: hidden width = ffn_mult * channels
+    head_hidden: int = 0  # > 0: a 2-layer MLP head with this hidden width
     n_sub: int = 4
     dropout: float = 0.0
     pre_conv: int = 0
+
+
+def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
+    """``(B, 1, T) -> (B, channels[-1], T / prod(pools))`` (see the module docstring)."""
+    n = len(cfg.channels)
+    repeats = cfg.repeats or [1] * n
+    if not (len(cfg.states) == len(cfg.kinds) == len(cfg.pools) == len(repeats) == n):
+        raise ValueError("channels, states, kinds, pools and repeats must have one entry per stage")
+    if cfg.downsample not in ("pool", "conv"):
+        raise ValueError(f"downsample must be 'pool' or 'conv', got {cfg.downsample!r}")
+    if cfg.module not in MODULE_KINDS:
+        raise ValueError(f"module must be one of {', '.join(MODULE_KINDS)}, got {cfg.module!r}")
+    if any(r < 1 for r in repeats):
+        raise ValueError(f"every stage needs at least one block, got repeats {repeats}")
+    essm = cfg.essm_kwargs()
+    layers: list = []
+    c_in = 1
+
+    def block(kind: str, h_in: int, h_out: int, states: int, first: bool) -> None:
+        layers.append(
+            CentaurusBlock(kind, h_in, h_out, states, cfg.n_sub, skip=not first, dropout=cfg.dropout,
+                           pre_conv=cfg.pre_conv if h_in > 1 else 0, **block_kwargs(kind, essm))
+        )  # fmt: skip
+        module = make_module(cfg.module, h_out, kernel_size=cfg.module_kernel, mult=cfg.ffn_mult, dropout=cfg.dropout)
+        if module is not None and h_out > 1:
+            layers.append(module)
+
+    for i in range(n):
+        c, r, kind = cfg.channels[i], cfg.pools[i], cfg.kinds[i]
+        block(kind, c_in, c, cfg.states[i], first=i == 0)
+        if r > 1:
+            layers.append(DownConv(c, c, r) if cfg.downsample == "conv" else AvgPool(r))
+        for _ in range(repeats[i] - 1):
+            block(kind, c, c, cfg.states[i], first=False)
+        c_in = c
+    return StreamSequential(*layers)
 
 
 class CtcRecognizer(ElasticBudget, nn.Module):
@@ -36,17 +90,28 @@ class CtcRecognizer(ElasticBudget, nn.Module):
     def __init__(self, cfg: CtcRecognizerConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.encoder = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
-                                        cfg.pre_conv, cfg.essm_kwargs())  # fmt: skip
-        self.classifier = nn.Conv1d(cfg.channels[-1], cfg.vocab_size, 1)
+        self.encoder = recognizer_encoder(cfg)
+        c = cfg.channels[-1]
+        self.hidden = nn.Conv1d(c, cfg.head_hidden, 1) if cfg.head_hidden > 0 else None
+        self.classifier = nn.Conv1d(cfg.head_hidden or c, cfg.vocab_size, 1)
 
     @property
     def stride(self) -> int:
         return self.encoder.chunk_multiple
 
+    @property
+    def frame_seconds(self) -> float:
+        return self.stride / 16000
+
+    def head(self, h: Tensor) -> Tensor:
+        """Encoder features ``(B, C, F)`` -> CTC logits ``(B, vocab, F)``."""
+        if self.hidden is not None:
+            h = F.silu(self.hidden(h))
+        return self.classifier(h)
+
     def forward(self, x: Tensor) -> Tensor:
         t = x.shape[-1] - x.shape[-1] % self.stride
-        return self.classifier(self.encoder(x[..., :t]))
+        return self.head(self.encoder(x[..., :t]))
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(f"encoder.{n}", s) for n, s in self.encoder.state_shapes()]
@@ -57,9 +122,10 @@ class CtcRecognizer(ElasticBudget, nn.Module):
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         """One chunk ``(B, 1, T)`` (``T`` a multiple of the stride) -> CTC logits ``(B, vocab, T/stride)``."""
         h, state = self.encoder.step(x, state)
-        return self.classifier(h), state
+        return self.head(h), state
 
     def counts(self) -> Counts:
-        """Inference parameters and FLOPs per input sample (encoder + per-frame classifier)."""
-        c, v = self.cfg.channels[-1], self.cfg.vocab_size
-        return self.encoder.counts() + Counts(c * v, 2.0 * c * v / self.stride)
+        """Inference parameters and FLOPs per input sample (encoder + per-frame head)."""
+        c, v, m = self.cfg.channels[-1], self.cfg.vocab_size, self.cfg.head_hidden
+        head = Counts(c * m + m + m * v + v, 2.0 * (c * m + m * v)) if m else Counts(c * v + v, 2.0 * c * v)
+        return self.encoder.counts() + Counts(head.params, head.flops / self.stride)

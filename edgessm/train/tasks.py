@@ -478,47 +478,142 @@ class DenoiseTask(Task):
 
 @dataclass
 class AsrData:
+    """Where the recognizer's utterances come from and how training examples are composed.
+
+    Every example is one of: a multi-word utterance (``sentence_weight``), a single-word clip
+    (``word_weight``), or 2..``max_sequence`` single words cut to their speech and joined with
+    pauses of ``pause_s`` seconds (``sequence_weight``: digit strings and command chains, which no
+    corpus here has). Utterances longer than ``max_samples`` are left out, never cropped (the
+    transcript must match the audio). Speakers are split by a stable hash: ``validation_pct`` percent
+    validate, the next ``test_pct`` percent are held out for ``edgessm eval asr`` (the denoiser's test
+    speakers too); corpora with their own split (the synthetic voices) keep it.
+    """
+
     sources: tuple[str, ...] = ("shared:read_speech",)
     noise: tuple[str, ...] = ()
     max_samples: int = 16000 * 8
     validation_pct: float = 10.0
+    test_pct: float = 10.0
+    sentence_weight: float = 0.5
+    word_weight: float = 0.2
+    sequence_weight: float = 0.3
+    max_sequence: int = 5
+    pause_s: tuple[float, float] = (0.05, 0.5)
+    val_items: int = 160  # validation examples per kind (sentences, words, sequences)
+
+
+def speech_span(x: np.ndarray, floor_db: float = -30.0, margin: int = 800) -> np.ndarray:
+    """``x`` cut to its speech: from the first to the last 10 ms frame within ``floor_db`` of the
+    loudest frame, with ``margin`` samples kept on both sides."""
+    n = len(x) // 160
+    if n == 0:
+        return x
+    rms = np.sqrt(np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1) + 1e-12)
+    active = np.flatnonzero(rms >= max(rms.max() * 10 ** (floor_db / 20), 1e-4))
+    if not len(active):
+        return x
+    return x[max(0, active[0] * 160 - margin) : min(len(x), (active[-1] + 1) * 160 + margin)]
 
 
 class CtcTask(Task):
-    """Character CTC on whole utterances (padded batches)."""
+    """Character CTC on sentences, single words and joined word sequences (padded batches)."""
 
     name = "asr"
+    KINDS = ("sentence", "word", "sequence")
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
         self.data = data_config(AsrData, cfg.data)
         self.tok = CharTokenizer()
+        weights = np.array([self.data.sentence_weight, self.data.word_weight, self.data.sequence_weight], float)
+        if (weights < 0).any() or weights.sum() <= 0:
+            raise ValueError("[data] sentence_weight, word_weight and sequence_weight must be >= 0, not all 0")
+        self.weights = weights / weights.sum()
         self._prepared = False
 
     def model_config(self) -> dict[str, Any]:
         return {**self.cfg.model, "vocab_size": len(self.tok)}
 
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "labels": list(self.tok.chars)}
+
+    def split(self, clip: Clip) -> str:
+        return assign_split(clip, self.data.validation_pct, self.data.test_pct)
+
     def _prepare(self) -> None:
         if self._prepared:
             return
-        clips = [c for c in load_sources(list(self.data.sources)) if c.text]
+        clips = [c for c in load_sources(list(self.data.sources)) if c.text and not c.text.startswith("_")]
         if not clips:
             raise CorpusError("no transcribed utterances found in the data sources")
-        self.train_clips = [c for c in clips if assign_split(c, self.data.validation_pct) == "train"]
-        self.val_clips = [c for c in clips if assign_split(c, self.data.validation_pct) == "validation"]
-        self.store = AudioStore([c.path for c in self.train_clips + self.val_clips], max_samples=self.data.max_samples,
-                                progress=True)  # fmt: skip
+        by_split: dict[str, list[Clip]] = {"train": [], "validation": []}
+        for c in clips:
+            by_split.setdefault(self.split(c), []).append(c)
+        self.clips = by_split["train"] + by_split["validation"]
+        self.store = AudioStore([c.path for c in self.clips], progress=True)
+        # per split and kind: store indices of the utterances short enough to train on
+        self.pool: dict[str, dict[str, list[int]]] = {s: {"sentence": [], "word": []} for s in by_split}
+        for i, c in enumerate(self.clips):
+            if self.store.length(i) <= self.data.max_samples:
+                split = "train" if i < len(by_split["train"]) else "validation"
+                self.pool[split]["sentence" if len(c.text.split()) > 1 else "word"].append(i)
+        for split in ("train", "validation"):
+            if not self.pool[split]["sentence"] and not self.pool[split]["word"]:
+                raise CorpusError(f"no {split} utterances of at most {self.data.max_samples} samples")
         self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
         self.augment = build_augment(self.cfg.augment, self.noises)
+        self._val = self._validation_items()
         self._prepared = True
 
-    def _example(self, split: str, index: int, rng) -> dict[str, Any]:
-        offset = 0 if split == "train" else len(self.train_clips)
-        clip = (self.train_clips if split == "train" else self.val_clips)[index]
-        x = self.store[offset + index]
-        if rng is not None and self.augment is not None:
+    def _compose(self, split: str, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+        """One utterance of ``kind`` from ``split``: ``(audio, transcript)``."""
+        pool = self.pool[split]
+        if kind == "sentence" and not pool["sentence"]:
+            kind = "word"
+        if kind != "sentence" and not pool["word"]:
+            kind = "sentence"
+        if kind != "sequence":
+            i = pool[kind][int(rng.integers(len(pool[kind])))]
+            return self.store[i], self.clips[i].text
+        n = int(rng.integers(2, max(2, self.data.max_sequence) + 1))
+        parts: list[np.ndarray] = []
+        words: list[str] = []
+        lo, hi = self.data.pause_s
+        length = 0
+        for _ in range(n):
+            i = pool["word"][int(rng.integers(len(pool["word"])))]
+            pause = np.zeros(int(SAMPLE_RATE * rng.uniform(lo, hi)) if parts else 0, np.float32)
+            word = speech_span(self.store[i])
+            if parts and length + len(pause) + len(word) > self.data.max_samples:
+                break  # never longer than an utterance may be
+            parts += [pause, word]
+            words.append(self.clips[i].text)
+            length += len(pause) + len(word)
+        return np.concatenate(parts), " ".join(words)
+
+    def _validation_items(self) -> list[tuple[str, np.ndarray, str]]:
+        """Fixed validation examples: ``(kind, audio, transcript)``, ``val_items`` of each kind."""
+        items = []
+        for kind in self.KINDS:
+            rng = np.random.default_rng([17, self.KINDS.index(kind)])
+            pool = self.pool["validation"]
+            if kind != "sequence" and not pool[kind]:
+                continue
+            if kind == "sequence" and not pool["word"]:
+                continue
+            for _ in range(self.data.val_items):
+                x, text = self._compose("validation", kind, rng)
+                items.append((kind, x, text))
+        return items
+
+    def _example(self, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+        if rng is None:  # no seed: a deterministic draw (tests, inspection)
+            rng = np.random.default_rng(index)
+        kind = self.KINDS[int(rng.choice(3, p=self.weights))]
+        x, text = self._compose("train", kind, rng)
+        if self.augment is not None:
             x = self.augment(x, rng)
-        return {"audio": x.astype(np.float32), "tokens": self.tok.encode(clip.text), "text": clip.text}
+        return {"audio": np.asarray(x, np.float32), "tokens": self.tok.encode(text), "text": text}
 
     def collate(self, items):
         stride = 320
@@ -538,11 +633,12 @@ class CtcTask(Task):
 
     def train_set(self):
         self._prepare()
-        return _Items(len(self.train_clips), lambda i, rng: self._example("train", i, rng))
+        n = sum(len(v) for v in self.pool["train"].values())
+        return _Items(n, self._example)
 
     def has_validation(self) -> bool:
         self._prepare()
-        return bool(self.val_clips)
+        return bool(self._val)
 
     def _stride(self, net) -> int:
         model = getattr(net, "module", net)
@@ -556,24 +652,30 @@ class CtcTask(Task):
         return loss, {}
 
     def evaluate(self, model, device, max_batches=0):
+        """Greedy-decoded WER per kind (``wer_sentence``, ``wer_word``, ``wer_sequence``), overall WER and
+        CER; ``score`` is ``-cer`` (smoother than WER on a small validation set)."""
         self._prepare()
-        errs = words = cerrs = chars = 0
-        for b, start in enumerate(range(0, len(self.val_clips), 16)):
+        order = sorted(range(len(self._val)), key=lambda i: len(self._val[i][1]))  # similar lengths: less padding
+        errs: dict[str, list[int]] = {k: [0, 0] for k in self.KINDS}
+        cerrs = chars = 0
+        for b, start in enumerate(range(0, len(order), 16)):
             if max_batches and b >= max_batches:
                 break
-            batch = self.collate(
-                [self._example("validation", i, None) for i in range(start, min(len(self.val_clips), start + 16))]
-            )
+            chosen = [self._val[i] for i in order[start : start + 16]]
+            batch = self.collate([{"audio": x, "tokens": self.tok.encode(t), "text": t} for _, x, t in chosen])
             ids = model(batch["audio"].to(device)).argmax(1).cpu()
             frames = batch["audio_lengths"] // self._stride(model)
-            for k, ref in enumerate(batch["texts"]):
+            for k, (kind, _, ref) in enumerate(chosen):
                 hyp = self.tok.greedy(ids[k, : frames[k]].tolist())
-                errs += edit_distance(hyp.split(), ref.split())
-                words += len(ref.split())
+                errs[kind][0] += edit_distance(hyp.split(), ref.split())
+                errs[kind][1] += len(ref.split())
                 cerrs += edit_distance(hyp, ref)
                 chars += len(ref)
-        wer, cer = errs / max(1, words), cerrs / max(1, chars)
-        return {"wer": wer, "cer": cer, "score": -cer}
+        out = {f"wer_{k}": e / n for k, (e, n) in errs.items() if n}
+        out["wer"] = sum(e for e, _ in errs.values()) / max(1, sum(n for _, n in errs.values()))
+        out["cer"] = cerrs / max(1, chars)
+        out["score"] = -out["cer"]
+        return out
 
 
 TASKS: dict[str, type[Task]] = {"kws": KwsTask, "denoise": DenoiseTask, "asr": CtcTask}

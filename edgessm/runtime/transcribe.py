@@ -1,0 +1,221 @@
+"""``edgessm transcribe``: speech to text from recordings or live from the microphone (torch-free).
+
+edgessm transcribe talk.wav                       # the transcript on stdout, a line per segment
+edgessm transcribe a.flac b.mp3 --json            # JSON lines: segments with word timestamps
+edgessm transcribe --input mic                    # live captions: partial text updates in place
+sox in.wav -t wav - | edgessm transcribe -        # a wav/flac stream on stdin
+
+A recording streams through the stepwise graph a block at a time (constant memory for hours of
+audio, any rate, format and channel count: channels are averaged). A segment ends when the speaker
+pauses (``--pause``) or at ``--max-segment`` seconds. The transcript goes to stdout; progress, live
+partial results and the summary go to stderr, so ``edgessm transcribe x.wav > x.txt`` keeps only text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+import time
+
+import numpy as np
+
+BLOCK_S = 1.0  # seconds of a recording read per block
+PROGRESS_MIN_S = 5.0  # no progress bar for inputs shorter than this
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("inputs", nargs="*", metavar="IN", help="audio files (wav, flac, ogg, mp3, ...) or '-' (stdin)")
+    ap.add_argument("--input", dest="live", choices=["mic"], help="'mic': live captioning from the microphone")
+    ap.add_argument("--model", default="asr", help="shipped model name or path to a recognizer .onnx graph")
+    ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
+    ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    ap.add_argument("--json", action="store_true", help="JSON lines: one final segment each, with word timestamps")
+    ap.add_argument("--pause", type=float, default=0.8, metavar="S", help="a pause this long ends a segment")
+    ap.add_argument("--max-segment", type=float, default=20.0, metavar="S", help="longest segment in seconds")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
+    live = ap.add_argument_group("live (microphone)")
+    live.add_argument("--device", help="input device (name or index); see --list-devices")
+    live.add_argument("--duration", type=float, metavar="S", help="stop after this many seconds")
+    live.add_argument("--list-devices", action="store_true", help="list audio devices and exit")
+
+
+def _fail(message: str) -> SystemExit:
+    return SystemExit(f"edgessm transcribe: {message}")
+
+
+class Printer:
+    """Writes final segments to stdout and the live partial line to stderr (rewritten in place)."""
+
+    def __init__(self, as_json: bool, label: str | None = None, live: bool = False) -> None:
+        self.as_json, self.label, self.live = as_json, label, live
+        self._shown = 0
+
+    def final(self, seg, source: str | None = None) -> None:
+        self.clear()
+        if self.as_json:
+            event = {
+                "text": seg.text,
+                "start": round(seg.start_s, 2),
+                "end": round(seg.end_s, 2),
+                "words": [{"word": w.text, "start": round(w.start_s, 2), "end": round(w.end_s, 2)} for w in seg.words],
+            }
+            if source is not None:
+                event = {"file": source, **event}
+            print(json.dumps(event), flush=True)
+        elif seg.text:
+            print(f"{source}: {seg.text}" if self.label and source else seg.text, flush=True)
+
+    def partial(self, text: str) -> None:
+        if not self.live or self.as_json:
+            return
+        width = 78
+        line = text if len(text) <= width else "…" + text[-(width - 1) :]
+        sys.stderr.write("\r" + line.ljust(self._shown))
+        sys.stderr.flush()
+        self._shown = len(line)
+
+    def clear(self) -> None:
+        if self._shown:
+            sys.stderr.write("\r" + " " * self._shown + "\r")
+            sys.stderr.flush()
+            self._shown = 0
+
+
+def _progress(total_s: float, name: str):
+    from tqdm import tqdm
+
+    fmt = "{desc} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s [{elapsed}<{remaining}]"
+    return tqdm(total=total_s, file=sys.stderr, leave=False, dynamic_ncols=True, desc=name, bar_format=fmt)
+
+
+def load_recognizer(args: argparse.Namespace):
+    from .ctc import EndpointConfig
+    from .registry import resolve_graph
+    from .session import StepModel
+    from .transcriber import NotARecognizer, Transcriber
+
+    if args.pause <= 0 or args.max_segment <= 0:
+        raise _fail("--pause and --max-segment must be positive (seconds)")
+    try:
+        model = StepModel(resolve_graph(args.model, int8=args.int8), threads=args.threads)
+        endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
+        Transcriber(model, endpoint)  # refuse a graph that is not a recognizer before reading any input
+    except (NotARecognizer, FileNotFoundError, ValueError) as e:
+        raise _fail(str(e)) from None
+    return lambda: Transcriber(model, endpoint)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_devices:
+        from .devices import sounddevice_or_exit
+
+        print(sounddevice_or_exit("edgessm transcribe", "transcribe a recording").query_devices())
+        return 0
+    if args.live and args.inputs:
+        raise _fail("give audio files or --input mic, not both")
+    if not args.live and not args.inputs:
+        raise _fail("nothing to transcribe: give audio files (or '-' for stdin), or --input mic to caption live")
+    if args.inputs.count("-") > 1:
+        raise _fail("stdin ('-') can be read only once")
+    make = load_recognizer(args)
+    if args.live:
+        return _live(make, args)
+    printer = Printer(args.json, label=None if len(args.inputs) == 1 else "file")
+    heard = busy = 0.0
+    failed = 0
+    for name in args.inputs:
+        try:
+            h, b = _transcribe_file(make(), name, printer, args)
+        except _InputError as e:
+            printer.clear()
+            print(f"edgessm transcribe: {e}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        heard, busy = heard + h, busy + b
+    if heard > 0:
+        print(f"transcribed {heard:.1f} s of audio in {busy:.1f} s (real-time factor {busy / heard:.3f})",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return 1 if failed else 0
+
+
+class _InputError(Exception):
+    pass
+
+
+def _transcribe_file(rec, name: str, printer: Printer, args: argparse.Namespace) -> tuple[float, float]:
+    from edgessm.data.audio import AudioError
+
+    from .sources import open_source
+
+    try:
+        source = open_source(name)
+    except AudioError as e:
+        raise _InputError(str(e)) from None
+    label = "stdin" if name == "-" else name
+    bar = None
+    if source.seconds >= PROGRESS_MIN_S and sys.stderr.isatty() and not args.no_progress:
+        bar = _progress(source.seconds, "transcribing")
+    t0 = time.perf_counter()
+    try:
+        for block in source.blocks(int(BLOCK_S * source.rate)):
+            for seg in rec.accept_waveform(source.rate, block.mean(axis=0)):
+                if bar is not None:
+                    bar.clear()
+                printer.final(seg, label)
+            if bar is not None:
+                bar.update(block.shape[1] / source.rate)
+        for seg in rec.finish():
+            printer.final(seg, label)
+    except AudioError as e:
+        raise _InputError(str(e)) from None
+    finally:
+        source.close()
+        if bar is not None:
+            bar.close()
+    return rec.heard_s, time.perf_counter() - t0
+
+
+def _no_microphone(e: Exception) -> SystemExit:
+    return _fail(
+        f"no usable microphone ({e}); pick one from --list-devices with --device, or transcribe a recording: "
+        "edgessm transcribe FILE"
+    )
+
+
+def _live(make, args: argparse.Namespace) -> int:
+    from .devices import input_device, pump_blocks, sounddevice_or_exit
+
+    sd = sounddevice_or_exit("edgessm transcribe: the microphone", "transcribe a recording: edgessm transcribe FILE")
+    device, dev, rate = input_device(sd, args.device, _no_microphone)
+    rec = make()
+    printer = Printer(args.json, live=True)
+    blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+    overflows = 0
+
+    def callback(indata, frames, t, status) -> None:  # PortAudio's thread: count, copy, queue; nothing else
+        nonlocal overflows
+        if status.input_overflow:
+            overflows += 1
+        blocks.put(indata[:, 0].copy())
+
+    def feed(block: np.ndarray) -> None:
+        for seg in rec.accept_waveform(rate, block):
+            printer.final(seg)
+        printer.partial(rec.partial().text)
+
+    try:
+        mic = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32", blocksize=rate // 20,
+                             callback=callback)  # fmt: skip
+        mic.start()
+    except (ValueError, sd.PortAudioError) as e:
+        raise _no_microphone(e) from None
+    print(f"captioning {dev['name']} at {rate} Hz (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    pump_blocks(mic, blocks, args.duration, feed)
+    for seg in rec.finish():
+        printer.final(seg)
+    printer.clear()
+    note = f", {overflows} input overflows" if overflows else ""
+    print(f"heard {rec.heard_s:.1f} s{note}", file=sys.stderr, flush=True)
+    return 0
