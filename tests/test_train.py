@@ -256,6 +256,18 @@ def test_shipped_recipes_are_valid(name: str) -> None:
     assert augment.config_from_dict(cls, settings) is not None
 
 
+def test_paper_sized_recognizer_recipe_builds() -> None:
+    """asr-librispeech is Table 7's backbone: 12 SSM blocks, total stride 320, a few million parameters."""
+    from edgessm.ssm import CentaurusBlock
+    from edgessm.train.tasks import build_task
+
+    cfg = load_config("asr-librispeech")
+    model = build_task(cfg).build_model()
+    assert model.stride == 320
+    assert sum(isinstance(m, CentaurusBlock) for m in model.encoder.layers) == 12
+    assert 4e6 < model.counts().params < 8e6
+
+
 def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, capsys) -> None:
     from edgessm.cli import main
     from edgessm.runtime import StepModel

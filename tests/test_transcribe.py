@@ -104,6 +104,18 @@ def test_transcriber_resamples_and_reports_partials(graph) -> None:
     assert [s.text for s in out] == ["yes"]  # the stream resamples 48 kHz to the graph's 16 kHz
 
 
+def test_a_vocabulary_turns_final_segments_into_its_words(graph) -> None:
+    audio = np.concatenate([pause(0.3), spoken("stp"), pause(1.0), spoken("g"), pause(0.1)])
+    model = StepModel(graph)
+    assert [s.text for s in transcribe_audio(model, audio, 16000)] == ["stp", "g"]
+    segs = transcribe_audio(model, audio, 16000, vocabulary=["go", "stop", "up"])
+    assert [s.text for s in segs] == ["stop", "go"]
+    assert segs[0].words[0].start_s == pytest.approx(0.3, abs=0.021)
+    assert segs[1].start_s == pytest.approx(0.3 + 3 * 0.08 + 1.0, abs=0.021)
+    silent = transcribe_audio(model, pause(3.0), 16000, vocabulary=["go"])
+    assert silent == []
+
+
 def _cli(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "edgessm", "transcribe", *args], capture_output=True, input=stdin,
                           timeout=120)  # fmt: skip
@@ -153,5 +165,9 @@ def test_cli_errors_say_what_to_do(graph, tmp_path) -> None:
     assert b"notes.wav" in r.stderr
     r = _cli(str(good), "--model", graph, "--pause", "0")
     assert r.returncode != 0 and b"--pause and --max-segment must be positive" in r.stderr
+    r = _cli(str(good), "--model", graph, "--words", "Go!,route9")  # normalised like transcripts: go, route
+    assert r.returncode == 0 and r.stdout.decode().strip() == "go"
+    r = _cli(str(good), "--model", graph, "--words", "@" + str(tmp_path / "none.txt"))
+    assert r.returncode != 0 and b"--words: cannot read" in r.stderr
     r = _cli(str(good), "--model", str(tmp_path / "missing.onnx"))
     assert r.returncode != 0 and b"not found" in r.stderr

@@ -101,3 +101,24 @@ def fit_length(x: np.ndarray, length: int, offset: int = 0) -> np.ndarray:
         return x[..., offset : offset + length]
     pad = [(0, 0)] * (x.ndim - 1) + [(0, length - x.shape[-1])]
     return np.pad(x, pad)
+
+
+def speech_bounds(x: np.ndarray, floor_db: float = -35.0, margin: int = 0, abs_floor: float = 0.0,
+                  frame: int = 160) -> tuple[int, int]:  # fmt: skip
+    """``(start, end)`` sample indices of the speech in ``x``: the first to the last ``frame``-sample frame
+    whose RMS is within ``floor_db`` of the loudest frame's (and at least ``abs_floor``), widened by
+    ``margin`` samples; the whole of ``x`` when no frame qualifies."""
+    n = len(x) // frame
+    if n == 0:
+        return 0, len(x)
+    e = 10 * np.log10(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
+    on = np.flatnonzero((e >= e.max() + floor_db) & (e >= 20 * np.log10(abs_floor + 1e-12)))
+    if not len(on):
+        return 0, len(x)
+    return max(0, int(on[0]) * frame - margin), min(len(x), (int(on[-1]) + 1) * frame + margin)
+
+
+def speech_span(x: np.ndarray, floor_db: float = -35.0, margin: int = 0, abs_floor: float = 0.0) -> np.ndarray:
+    """``x`` cut to its speech (:func:`speech_bounds`)."""
+    start, end = speech_bounds(x, floor_db, margin, abs_floor)
+    return x[start:end]

@@ -7,6 +7,7 @@ edgessm eval kws35 --choose-threshold       # pick the decision threshold on val
 edgessm eval kws35-es --budget 4            # an elastic (ES-SSM) model's graph at compute budget 4
 edgessm eval kws35-es --budget-sweep --out reports/es   # accuracy and RTF at every exported budget (table + plot)
 edgessm eval denoise --out reports/dn       # PESQ/STOI/SI-SDR/DNSMOS + RTF vs RNNoise and DeepFilterNet3, one run
+edgessm eval asr --out reports/asr          # WER/CER/RTF vs pocketsphinx on held-out speech, streaming latency
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from pathlib import Path
 
 from edgessm.atomic import write_text
 
+from .asr import SETS as ASR_SETS
+
 KWS_SETS = ("sc-test", "synth-test", "fsdd", "streams")
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("model", help="shipped model name, model folder or path to an exported .onnx graph")
     ap.add_argument("--int8", action="store_true", help="the int8 graph of a shipped model")
-    ap.add_argument("--sets", help=f"comma-separated, from {', '.join(KWS_SETS)} (default: all; sc-test with "
-                                   "--budget-sweep)")  # fmt: skip
+    ap.add_argument("--sets", help=f"comma-separated; keyword spotters: {', '.join(KWS_SETS)} (default: all; sc-test "
+                                   f"with --budget-sweep); recognizers: {', '.join(ASR_SETS)}")  # fmt: skip
     ap.add_argument("--budget", metavar="K", help="elastic (ES-SSM) models: evaluate the graph at compute budget K")
     ap.add_argument(
         "--budget-sweep",
@@ -52,10 +55,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "print the lowest one within --max-fa false accepts per hour; uses no test data",
     )
     ap.add_argument("--max-fa", type=float, default=0.5, help="false accepts per hour allowed by --choose-threshold")
-    ap.add_argument("--peers", default="rnnoise,dfn3",
-                    help="denoisers: peers scored in the same run (rnnoise, dfn3; 'none' for none)")  # fmt: skip
+    ap.add_argument("--peers", help="peers scored in the same run: denoisers rnnoise,dfn3 (default both); recognizers "
+                                    "pocketsphinx (default); 'none' for none")  # fmt: skip
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
-    ap.add_argument("--limit", type=int, default=0, help="denoisers: score only the first N mixtures (quick checks)")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="denoisers: only the first N mixtures; recognizers: at most N utterances per set")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="folder for report.json, report.md and plots (default: print only)")
     ap.add_argument("--no-progress", action="store_true")
@@ -72,6 +76,14 @@ def _progress(enabled: bool):
     return wrap
 
 
+def _sets(spec: str | None, known: tuple[str, ...], check: bool = True) -> list[str]:
+    sets = [s.strip() for s in (spec or ",".join(known)).split(",") if s.strip()]
+    unknown = set(sets) - set(known)
+    if unknown and check:
+        raise SystemExit(f"edgessm eval: unknown sets {sorted(unknown)}; choose from {', '.join(known)}")
+    return sets
+
+
 def run(args: argparse.Namespace) -> int:
     from edgessm.runtime.kws import DecisionConfig
     from edgessm.runtime.registry import check_budget, resolve_graph
@@ -80,11 +92,8 @@ def run(args: argparse.Namespace) -> int:
     from . import kws
     from .report import kws_markdown, kws_plots
 
-    sets = [s.strip() for s in (args.sets or ",".join(KWS_SETS)).split(",") if s.strip()]
-    unknown = set(sets) - set(KWS_SETS)
-    if unknown:
-        raise SystemExit(f"edgessm eval: unknown sets {sorted(unknown)}; choose from {', '.join(KWS_SETS)}")
     progress = _progress(not args.no_progress and sys.stderr.isatty())
+    sets = _sets(args.sets, KWS_SETS, check=False)  # checked once the graph's task is known
     if args.budget_sweep:
         return _budget_sweep(args, sets if args.sets else ["sc-test"], progress)
     if args.budgets or args.compare:
@@ -97,9 +106,12 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"edgessm eval: {e}") from None
     if model.info.task == "denoise":
         return _denoise(model, path, args, progress)
+    if model.info.task == "asr":
+        return _asr(model, path, args, progress)
     if model.info.task != "kws":
         kind = model.info.task or "untyped"
-        raise SystemExit(f"edgessm eval: {path} is a {kind} graph; kws and denoise graphs are evaluated")
+        raise SystemExit(f"edgessm eval: {path} is a {kind} graph; kws, denoise and asr graphs are evaluated")
+    _sets(args.sets, KWS_SETS)
     if args.choose_threshold:
         return _choose_threshold(model, args, progress)
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
@@ -150,7 +162,7 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     if twin is not None:  # the int8 graph beside the fp32 one is scored in the same run: its quality change
         systems[f"{name} int8"] = denoise.graph_system(StepModel(twin, threads=args.threads))
         latency[f"{name} int8"] = latency[name]
-    peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != "none"]
+    peers = [p.strip() for p in (args.peers or "rnnoise,dfn3").split(",") if p.strip() and p.strip() != "none"]
     for key in peers:
         try:
             peer = Peer(key, mixtures[0].clean)
@@ -169,6 +181,57 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip
     return _write_report(report, denoise_markdown, denoise_plots, args.out)
+
+
+def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
+    from edgessm.runtime.session import StepModel
+
+    from . import asr
+    from .report import asr_markdown, asr_plots
+
+    sets = _sets(args.sets, ASR_SETS)
+    peers = [p.strip() for p in (args.peers or "pocketsphinx").split(",") if p.strip() and p.strip() != "none"]
+    if set(peers) - {"pocketsphinx"}:
+        raise SystemExit(f"edgessm eval: unknown recognizer peers {sorted(set(peers) - {'pocketsphinx'})}; "
+                         "choose pocketsphinx or none")  # fmt: skip
+    name = model.info.extra.get("model_name", path.stem)
+    systems: dict = {name: asr.GraphRecognizer(model)}
+    twin = _int8_twin(args.model, path) if not args.int8 else None
+    if twin is not None:
+        systems[f"{name} int8"] = asr.GraphRecognizer(StepModel(twin, threads=args.threads))
+    try:
+        if peers:
+            systems["pocketsphinx"] = asr.PocketSphinx()
+    except RuntimeError as e:
+        raise SystemExit(f"edgessm eval: {e}") from None
+    report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
+                    "int8": "quantization" in model.info.extra, "chunk": model.info.chunk,
+                    "params": int(model.info.extra.get("params", 0)) or None,
+                    "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
+                    "sets": {}}  # fmt: skip
+    sentences = []
+    for set_name in sets:
+        try:
+            utts = asr.test_set(set_name, args.limit, args.seed)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"edgessm eval: skipping {set_name}: {e}", file=sys.stderr)
+            continue
+        these = dict(systems)
+        if set_name in asr.CLOSED:  # both told the set's vocabulary (commands, digits): pocketsphinx's own turf
+            words = asr.vocabulary(set_name, utts)
+            these[f"{name} words"] = asr.GraphRecognizer(model, vocabulary=words)
+            if peers:
+                these["pocketsphinx grammar"] = asr.PocketSphinx(words)
+        results = asr.evaluate(these, utts, set_name, progress)
+        report["sets"][set_name] = {n: r.summary() for n, r in results.items()}
+        print(f"{set_name}: " + ", ".join(f"{n} WER {r.wer:.1%}" for n, r in results.items()), file=sys.stderr)
+        if set_name.endswith("sentences"):
+            sentences += utts
+    if sentences:
+        from edgessm.runtime.ctc import EndpointConfig
+
+        report["latency"] = {**asr.latencies(model, sentences), "pause_s": EndpointConfig().trailing_silence_s}
+    return _write_report(report, asr_markdown, asr_plots, args.out)
 
 
 def _int8_twin(model: str, path: Path) -> Path | None:

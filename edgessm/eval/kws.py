@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from edgessm.data.audio import SAMPLE_RATE, load_audio
+from edgessm.data.audio import SAMPLE_RATE, load_audio, speech_span
 from edgessm.data.corpora import shared_fsdd, shared_sc_test, synth_manifest
 from edgessm.data.labels import SC12_LABELS, SILENCE, UNKNOWN, map_word
 from edgessm.data.manifest import Clip, read_manifest
@@ -146,14 +146,9 @@ def evaluate_clips(model: StepModel, name: str, progress: Progress = _no_progres
 # --- streams ------------------------------------------------------------------------------------
 
 
-def trim(x: np.ndarray, floor_db: float = -35.0, frame: int = 160) -> np.ndarray:
+def trim(x: np.ndarray, floor_db: float = -35.0) -> np.ndarray:
     """The part of a keyword clip between the first and last 10 ms frame within ``floor_db`` of the loudest."""
-    n = len(x) // frame
-    if n == 0:
-        return x
-    e = 10 * np.log10(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
-    on = np.flatnonzero(e >= e.max() + floor_db)
-    return x[on[0] * frame : (on[-1] + 1) * frame]
+    return speech_span(x, floor_db)
 
 
 @dataclass

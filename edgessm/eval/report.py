@@ -189,3 +189,71 @@ def denoise_plots(report: dict, out: Path) -> list[Path]:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return [path]
+
+
+ASR_SET_NAMES = {
+    "synth-sentences": "synthetic test voices, sentences",
+    "synth-words": "synthetic test voices, single words",
+    "real-sentences": "real read sentences, held-out speakers",
+    "fsdd-digits": "FSDD real digits (8 kHz)",
+    "fsdd-strings": "FSDD digit strings (3-5 digits, one speaker)",
+    "sc-test": "Speech Commands test words (real, unseen speakers)",
+}
+
+
+def asr_markdown(report: dict) -> str:
+    """WER / CER / utterance error rate / RTF per set and system; the streaming latencies."""
+    lines = []
+    for set_name, systems in report["sets"].items():
+        first = next(iter(systems.values()))
+        lines += [f"**{set_name}** — {ASR_SET_NAMES.get(set_name, set_name)}: {first['utterances']} utterances, "
+                  f"{first['words']} words, {first['audio_s'] / 60:.1f} min", "",
+                  "| system | WER | CER | utterances wrong | RTF (1 thread) |",
+                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        for name, s in systems.items():
+            lines.append(f"| {name} | {s['wer']:.1%} | {s['cer']:.1%} | {s['utterance_error_rate']:.1%} | "
+                         f"{_fmt('{:.4f}', s['rtf'])} |")  # fmt: skip
+        lines.append("")
+    lat = report.get("latency")
+    if lat:
+        ft, fi, cp = lat["first_token_s"], lat["final_s"], lat["compute_per_chunk_ms"]
+        lines += [f"Streaming latency of {report['model']} on {lat['utterances']} sentences (stream time; "
+                  f"{lat['chunk_ms']:.0f} ms chunks, segments end after a {lat['pause_s']:.1f} s pause):", "",
+                  "| | median | p90 |", "|---|---:|---:|",
+                  f"| first token after speech onset | {ft['median']:.2f} s | {ft['p90']:.2f} s |",
+                  f"| final result after end of speech | {fi['median']:.2f} s | {fi['p90']:.2f} s |",
+                  f"| compute per chunk (1 thread) | {cp['median']:.2f} ms | {cp['p90']:.2f} ms |", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def asr_plots(report: dict, out: Path) -> list[Path]:
+    """WER per test set, one bar per system, one PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    import numpy as np
+
+    from edgessm.atomic import atomic_path
+
+    sets = list(report["sets"])
+    systems = sorted({name for s in report["sets"].values() for name in s}, key=lambda n: (n != report["model"], n))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(sets)), 4))
+    width = 0.8 / max(1, len(systems))
+    for i, name in enumerate(systems):
+        wers = [100 * report["sets"][s][name]["wer"] if name in report["sets"][s] else np.nan for s in sets]
+        ax.bar(np.arange(len(sets)) + (i - (len(systems) - 1) / 2) * width, wers, width, label=name)
+    ax.set_xticks(np.arange(len(sets)), sets, rotation=15)
+    ax.set_ylabel("WER (%)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend()
+    ax.set_title("Word error rate on held-out audio (lower is better)")
+    fig.tight_layout()
+    path = out / "asr_wer.png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return [path]

@@ -32,6 +32,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
     ap.add_argument("--json", action="store_true", help="JSON lines: one final segment each, with word timestamps")
+    ap.add_argument("--words", metavar="LIST",
+                    help="closed vocabulary: comma-separated words or @FILE (one per line); final results are the "
+                         "most probable sequence of these words (commands, digits)")  # fmt: skip
     ap.add_argument("--pause", type=float, default=0.8, metavar="S", help="a pause this long ends a segment")
     ap.add_argument("--max-segment", type=float, default=20.0, metavar="S", help="longest segment in seconds")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
@@ -98,13 +101,32 @@ def load_recognizer(args: argparse.Namespace):
 
     if args.pause <= 0 or args.max_segment <= 0:
         raise _fail("--pause and --max-segment must be positive (seconds)")
+    vocabulary = read_words(args.words) if args.words else None
     try:
         model = StepModel(resolve_graph(args.model, int8=args.int8), threads=args.threads)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
-        Transcriber(model, endpoint)  # refuse a graph that is not a recognizer before reading any input
+        Transcriber(model, endpoint, vocabulary)  # refuse a non-recognizer or a bad vocabulary before any input
     except (NotARecognizer, FileNotFoundError, ValueError) as e:
         raise _fail(str(e)) from None
-    return lambda: Transcriber(model, endpoint)
+    return lambda: Transcriber(model, endpoint, vocabulary)
+
+
+def read_words(spec: str) -> list[str]:
+    """``--words``: ``yes,no,up`` or ``@words.txt`` (one word per line, ``#`` comments)."""
+    from edgessm.data.corpora import normalize_text
+
+    if spec.startswith("@"):
+        try:
+            text = open(spec[1:], encoding="utf-8").read()
+        except OSError as e:
+            raise _fail(f"--words: cannot read {spec[1:]} ({e.strerror})") from None
+        items = [line.split("#")[0] for line in text.splitlines()]
+    else:
+        items = spec.split(",")
+    words = sorted({w for item in items for w in normalize_text(item).split()})
+    if not words:
+        raise _fail(f"--words {spec!r} holds no words")
+    return words
 
 
 def run(args: argparse.Namespace) -> int:

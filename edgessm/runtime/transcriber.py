@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ctc import CtcStreamDecoder, EndpointConfig, Segment
+from .ctc import CtcStreamDecoder, EndpointConfig, Segment, Word
+from .lexicon import LexiconDecoder, log_softmax
 from .session import StepModel
+
+IDLE_FRAMES = 25  # frames of logits kept while nothing is being said (for a vocabulary's second pass)
 
 
 class NotARecognizer(ValueError):
@@ -29,9 +32,13 @@ class Transcriber:
     Args:
         model: the exported stepwise graph.
         endpoint: when a segment becomes final (pause length, longest segment).
+        vocabulary: the words that can occur (commands, digits): a final segment is decoded again as
+            the most probable sequence of these words (:class:`~edgessm.runtime.lexicon.LexiconDecoder`);
+            partial results stay greedy. ``None``: open vocabulary (greedy best path).
     """
 
-    def __init__(self, model: StepModel, endpoint: EndpointConfig | None = None) -> None:
+    def __init__(self, model: StepModel, endpoint: EndpointConfig | None = None,
+                 vocabulary: list[str] | None = None) -> None:  # fmt: skip
         info = model.info
         if info.task != "asr" or not info.labels:
             kind = info.task or "non-recognizer"
@@ -40,6 +47,9 @@ class Transcriber:
         self.stream = model.create_stream()
         self.decoder = CtcStreamDecoder(info.labels, info.stride / info.sample_rate, endpoint)
         self.first_text_s: float | None = None  # stream time at which the first character was decoded
+        self.lexicon = LexiconDecoder(info.labels, vocabulary) if vocabulary else None
+        self._frames: list[np.ndarray] = []  # logits since frame self._base (kept only with a vocabulary)
+        self._base = 0
 
     @property
     def heard_s(self) -> float:
@@ -54,10 +64,37 @@ class Transcriber:
     def _decode(self) -> list[Segment]:
         done: list[Segment] = []
         for logits in self.stream.outputs():
-            done += self.decoder.accept(logits)
+            segs = self.decoder.accept(logits)
+            if self.lexicon is not None:
+                self._frames.append(np.asarray(logits).reshape(len(self.decoder.labels), -1))
+                segs = [self._rescore(seg) for seg in segs]
+                self._forget_silence()
+            done += segs
             if self.first_text_s is None and (done or self.decoder.partial().text):
                 self.first_text_s = self.decoder.frame * self.decoder.frame_s
         return done
+
+    def _rescore(self, seg: Segment) -> Segment:
+        """``seg`` decoded again over the vocabulary, from the buffered logits up to a little after its end."""
+        fs = self.decoder.frame_s
+        logits = np.concatenate(self._frames, axis=1)
+        cut = min(logits.shape[1], max(0, round(seg.end_s / fs) - self._base + 10))
+        found = self.lexicon.decode(log_softmax(logits[:, :cut]))
+        self._frames, self._base = [logits[:, cut:]], self._base + cut
+        words = tuple(
+            Word(w.text, (self._base - cut + w.start) * fs, (self._base - cut + w.end + 1) * fs) for w in found
+        )
+        if not words:
+            return Segment("", seg.start_s, seg.end_s, (), seg.final)
+        return Segment(" ".join(w.text for w in words), words[0].start_s, words[-1].end_s, words, seg.final)
+
+    def _forget_silence(self) -> None:
+        """While nothing is being said, keep only the last :data:`IDLE_FRAMES` frames of logits."""
+        if self.decoder.partial().text:
+            return
+        logits = np.concatenate(self._frames, axis=1)
+        drop = max(0, logits.shape[1] - IDLE_FRAMES)
+        self._frames, self._base = [logits[:, drop:]], self._base + drop
 
     def partial(self) -> Segment:
         """The segment being spoken (not final; empty text in a pause)."""
@@ -68,19 +105,22 @@ class Transcriber:
         self.stream.flush()
         done = self._decode()
         last = self.decoder.flush()
-        return done + ([last] if last is not None else [])
+        if last is not None and self.lexicon is not None:
+            last = self._rescore(last)
+        return [s for s in done + ([last] if last is not None else []) if s.text or self.lexicon is None]
 
     def reset(self) -> None:
         """Start a new stream (state, buffers and clock)."""
         self.stream.reset()
         self.decoder.reset()
         self.first_text_s = None
+        self._frames, self._base = [], 0
 
 
 def transcribe_audio(model: StepModel, audio: np.ndarray, sample_rate: int, endpoint: EndpointConfig | None = None,
-                     block_s: float = 1.0) -> list[Segment]:  # fmt: skip
+                     block_s: float = 1.0, vocabulary: list[str] | None = None) -> list[Segment]:  # fmt: skip
     """All final segments of a recording ``(T,)`` streamed through ``model`` ``block_s`` seconds at a time."""
-    rec = Transcriber(model, endpoint)
+    rec = Transcriber(model, endpoint, vocabulary)
     step = max(1, int(block_s * sample_rate))
     out: list[Segment] = []
     for pos in range(0, len(audio), step):

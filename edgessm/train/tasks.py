@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.data import corpora
-from edgessm.data.audio import SAMPLE_RATE
+from edgessm.data.audio import SAMPLE_RATE, speech_span
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
 from edgessm.data.manifest import Clip, assign_split, read_manifest
@@ -502,19 +502,6 @@ class AsrData:
     val_items: int = 160  # validation examples per kind (sentences, words, sequences)
 
 
-def speech_span(x: np.ndarray, floor_db: float = -30.0, margin: int = 800) -> np.ndarray:
-    """``x`` cut to its speech: from the first to the last 10 ms frame within ``floor_db`` of the
-    loudest frame, with ``margin`` samples kept on both sides."""
-    n = len(x) // 160
-    if n == 0:
-        return x
-    rms = np.sqrt(np.mean(x[: n * 160].reshape(n, 160) ** 2, axis=1) + 1e-12)
-    active = np.flatnonzero(rms >= max(rms.max() * 10 ** (floor_db / 20), 1e-4))
-    if not len(active):
-        return x
-    return x[max(0, active[0] * 160 - margin) : min(len(x), (active[-1] + 1) * 160 + margin)]
-
-
 class CtcTask(Task):
     """Character CTC on sentences, single words and joined word sequences (padded batches)."""
 
@@ -583,7 +570,7 @@ class CtcTask(Task):
         for _ in range(n):
             i = pool["word"][int(rng.integers(len(pool["word"])))]
             pause = np.zeros(int(SAMPLE_RATE * rng.uniform(lo, hi)) if parts else 0, np.float32)
-            word = speech_span(self.store[i])
+            word = speech_span(self.store[i], -30.0, margin=800, abs_floor=1e-4)
             if parts and length + len(pause) + len(word) > self.data.max_samples:
                 break  # never longer than an utterance may be
             parts += [pause, word]

@@ -1,0 +1,51 @@
+"""Recognizer evaluation on the hand-built spelling graph (exact transcripts, exact timings)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_transcribe import pause, spelling_graph, spoken
+
+from edgessm.eval import asr
+from edgessm.eval.report import asr_markdown
+from edgessm.runtime.session import StepModel
+
+
+@pytest.fixture
+def model(tmp_path):
+    return StepModel(spelling_graph(tmp_path / "spell.onnx"))
+
+
+def test_wer_cer_and_utterance_errors_are_counted_per_system(model) -> None:
+    utts = [
+        asr.Utterance("a", np.concatenate([pause(0.3), spoken("go up"), pause(0.3)]), "go up"),
+        asr.Utterance("b", np.concatenate([spoken("no"), pause(0.2)]), "yes"),
+    ]
+    systems = {"ours": asr.GraphRecognizer(model), "silent": lambda x: ""}
+    res = asr.evaluate(systems, utts, "toy")
+    ours, silent = res["ours"], res["silent"]
+    assert (ours.word_errors, ours.words, ours.sentences_wrong) == (1, 3, 1)  # "no" for "yes": one substitution
+    assert ours.char_errors == 3 and ours.chars == len("go up") + len("yes")
+    assert silent.wer == 1.0 and silent.utterances == 2
+    assert ours.audio_s == pytest.approx((len(utts[0].audio) + len(utts[1].audio)) / 16000)
+    report = {"model": "ours", "sets": {"toy": {n: r.summary() for n, r in res.items()}}}
+    md = asr_markdown(report)
+    assert "| ours | 33.3% |" in md and "| silent | 100.0% |" in md
+
+
+def test_latencies_measure_onset_to_first_token_and_end_of_speech_to_final(model) -> None:
+    utt = asr.Utterance("a", np.concatenate([pause(0.5), spoken("go"), pause(0.2)]), "go")
+    lat = asr.latencies(model, [utt], tail_s=2.0)
+    assert lat["finalized"] == 1
+    assert lat["first_token_s"]["median"] == pytest.approx(0.02, abs=1e-6)  # the first 20 ms frame decodes it
+    # the segment ends after the endpointer's 0.8 s pause (counted from the last character's frame)
+    assert lat["final_s"]["median"] == pytest.approx(0.8, abs=1e-6)
+    assert lat["chunk_ms"] == 20.0
+
+
+def test_digit_vocabulary_and_unknown_sets() -> None:
+    assert asr.vocabulary("fsdd-strings", []) == list(asr.DIGITS)
+    utts = [asr.Utterance("x", np.zeros(10, np.float32), "stop go"), asr.Utterance("y", np.zeros(1), "go")]
+    assert asr.vocabulary("sc-test", utts) == ["go", "stop"]
+    with pytest.raises(ValueError, match="unknown test set 'librispeech'"):
+        asr.test_set("librispeech")

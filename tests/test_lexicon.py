@@ -1,0 +1,73 @@
+"""Vocabulary-constrained CTC decoding recovers the words greedy decoding misspells."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgessm.data.text import CHARS, CharTokenizer
+from edgessm.runtime.lexicon import LexiconDecoder, log_softmax
+
+
+def frames_for(spec: list[tuple[str, float]], seed: int = 0) -> np.ndarray:
+    """Log-probabilities ``(vocab, frames)``: each ``(label, confidence)`` is one frame where ``label``
+    ('_' = blank) gets ``confidence`` of the mass and the rest is spread with noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for label, conf in spec:
+        p = rng.uniform(0.5, 1.5, len(CHARS))
+        k = 0 if label == "_" else CHARS.index(label)
+        p[k] = 0
+        p = p / p.sum() * (1 - conf)
+        p[k] = conf
+        out.append(np.log(p))
+    return np.stack(out, axis=1)
+
+
+def spell(text: str, hold: int = 2) -> list[tuple[str, float]]:
+    spec = [("_", 0.9)] * 3
+    for ch in text:
+        spec += [(ch, 0.8)] * hold + [("_", 0.9)]
+    return spec + [("_", 0.9)] * 3
+
+
+def greedy(lp: np.ndarray) -> str:
+    return CharTokenizer().greedy(lp.argmax(0).tolist())
+
+
+def test_clean_input_decodes_to_the_same_words_with_timings() -> None:
+    lp = frames_for(spell("one two"))
+    lex = LexiconDecoder(CHARS, ["zero", "one", "two", "three"])
+    words = lex.decode(lp)
+    assert [w.text for w in words] == ["one", "two"]
+    assert words[0].start == 3 and words[0].end == 3 + 3 * 3 - 2  # first frame of 'o' .. last frame of 'e'
+    assert words[1].start > words[0].end
+
+
+def test_a_weak_letter_is_restored_by_the_vocabulary() -> None:
+    spec = spell("three five")
+    h = spec.index(("h", 0.8))
+    lp = frames_for(spec)
+    for t in (h, h + 1):  # 'h' loses to blank in both of its frames (0.4 vs 0.5): greedy says "tree"
+        lp[:, t] = np.log(0.1 / (len(CHARS) - 2))
+        lp[0, t], lp[CHARS.index("h"), t] = np.log(0.5), np.log(0.4)
+    assert greedy(lp) == "tree five"
+    digits = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+    assert [w.text for w in LexiconDecoder(CHARS, digits).decode(lp)] == ["three", "five"]
+
+
+def test_repeated_words_letters_and_silence() -> None:
+    lex = LexiconDecoder(CHARS, ["see", "go", "stop"])
+    assert [w.text for w in lex.decode(frames_for(spell("go go")))] == ["go", "go"]
+    assert [w.text for w in lex.decode(frames_for(spell("see")))] == ["see"]  # "ee" needs the blank between
+    assert lex.decode(frames_for([("_", 0.95)] * 20)) == []
+    assert lex.decode(np.zeros((len(CHARS), 0))) == []
+
+
+def test_log_softmax_and_errors() -> None:
+    x = np.random.default_rng(1).normal(size=(29, 7))
+    assert np.allclose(np.exp(log_softmax(x)).sum(0), 1.0)
+    with pytest.raises(ValueError, match="cannot emit: '9'"):
+        LexiconDecoder(CHARS, ["route9"])
+    with pytest.raises(ValueError, match="vocabulary is empty"):
+        LexiconDecoder(CHARS, [" "])
