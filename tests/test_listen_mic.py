@@ -5,6 +5,7 @@ Skipped (with the reason) where PulseAudio is not installed; `make test` install
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -76,3 +77,22 @@ def test_listen_hears_the_virtual_microphone(virtual_mic, tmp_path) -> None:
     tail = heard[-8000:]
     spectrum = np.abs(np.fft.rfft(tail))
     assert abs(np.argmax(spectrum) * rate / len(tail) - 440) < 5  # it heard the tone
+
+
+def test_transcribe_captions_the_virtual_microphone(virtual_mic, tmp_path) -> None:
+    from test_transcribe import pause, spelling_graph, spoken
+
+    graph = spelling_graph(tmp_path / "spell.onnx")
+    x = np.concatenate([pause(0.5), spoken("go", frames_per_char=8), pause(1.5)])
+    write_audio(tmp_path / "go.wav", x, 16000, subtype="FLOAT")
+    cmd = [sys.executable, "-m", "edgessm", "transcribe", "--input", "mic", "--model", graph, "--device", "pulse",
+           "--duration", "4", "--words", "go,stop,up", "--json"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=virtual_mic, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # play only once the microphone is open
+    assert "captioning" in first, first + proc.stderr.read()
+    subprocess.run(["paplay", "--device=virt_speaker", str(tmp_path / "go.wav")], env=virtual_mic, timeout=30)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "heard" in err
+    texts = [json.loads(line)["text"] for line in out.splitlines()]
+    assert texts == ["go"]

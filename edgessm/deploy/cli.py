@@ -102,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         if "int8_accuracy" in q:
             print(f"int8 on {q['clips']} held-out Speech Commands test clips: accuracy {q['fp32_accuracy']:.2%} (fp32) "
                   f"-> {q['int8_accuracy']:.2%} (int8), predictions agree on {q['agreement']:.2%}")  # fmt: skip
+        if "int8_wer" in q:
+            print(f"int8 on {q['clips']} held-out sentences: WER {q['fp32_wer']:.1%} (fp32) -> {q['int8_wer']:.1%} "
+                  f"(int8), identical transcripts {q['agreement']:.0%}")  # fmt: skip
         if "int8_si_sdr_improvement_db" in q:
             a, b = q["fp32_si_sdr_improvement_db"], q["int8_si_sdr_improvement_db"]
             print(f"int8 on {q['clips']} held-out noisy sentences: SI-SDR improvement {a:.2f} dB (fp32) -> {b:.2f} dB")

@@ -112,6 +112,28 @@ def denoise_int8_quality(fp32: Path, int8: Path, clips: int = 24, seed: int = 0)
             "int8_si_sdr_improvement_db": float(np.mean(gains_b))}  # fmt: skip
 
 
+def asr_int8_quality(fp32: Path, int8: Path, clips: int = 40) -> dict[str, float]:
+    """WER of both graphs (streamed, greedy) on the held-out read sentences and synthetic test sentences."""
+    from edgessm.eval.asr import GraphRecognizer, SetResult, test_set
+
+    utts = []
+    for name in ("real-sentences", "synth-sentences"):
+        try:
+            utts += test_set(name, limit=clips // 2)
+        except (FileNotFoundError, ValueError):
+            continue
+    a, b = GraphRecognizer(StepModel(fp32)), GraphRecognizer(StepModel(int8))
+    ra, rb = SetResult("fp32", "held-out"), SetResult("int8", "held-out")
+    agree = 0
+    for u in utts:
+        ha, hb = a(u.audio), b(u.audio)
+        ra.add(u.text, ha, 0.0, 0.0)
+        rb.add(u.text, hb, 0.0, 0.0)
+        agree += ha == hb
+    n = max(1, len(utts))
+    return {"clips": len(utts), "fp32_wer": ra.wer, "int8_wer": rb.wer, "agreement": agree / n}
+
+
 def output_snr_db(fp32: Path, int8: Path, audio: np.ndarray) -> float:
     """How close the int8 graph's outputs stay to the fp32 graph's on ``audio`` (dB)."""
     from edgessm.eval.metrics import snr_db
@@ -198,6 +220,8 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
                 q.update(kws_int8_quality(graph, qpath))
             elif desc["network"] == "denoise":
                 q.update(denoise_int8_quality(graph, qpath))
+            elif desc["network"] == "asr":
+                q.update(asr_int8_quality(graph, qpath))
     digest = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
     extra = {"weights_sha256": report.metadata["weights_sha256"], "description_sha256": digest, "chunk": chunk}
     if k_max is not None:
