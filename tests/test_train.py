@@ -181,6 +181,39 @@ def test_ctc_loss_goes_down(tmp_path: Path) -> None:
     assert 0.0 <= metrics["cer"]
 
 
+def test_ctc_examples_mix_sentences_words_and_joined_word_sequences(tmp_path: Path) -> None:
+    """Sequences join single-word clips cut to their speech; transcripts always match; long audio is left out."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task
+
+    clips = []
+    for i, (text, seconds) in enumerate([("go", 1.0), ("stop", 1.0), ("up", 1.0), ("go left now", 2.0),
+                                         ("turn it up", 2.0), ("much too long", 9.0)]):  # fmt: skip
+        x = np.zeros(int(16000 * seconds), np.float32)
+        x[4000:-4000] = 0.3 * np.sin(np.arange(len(x) - 8000) * 0.2 * (i + 1))  # "speech" between silences
+        write_audio(tmp_path / f"{i}.wav", x, 16000)
+        clips.append(Clip(str(tmp_path / f"{i}.wav"), speaker=f"s{i}", text=text, split="train"))
+    clips.append(Clip(str(tmp_path / "0.wav"), speaker="v", text="go", split="validation"))
+    write_manifest(tmp_path / "m.csv", clips)
+    cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                 "pools": [320]},
+                                 "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "max_samples": 128000,
+                                          "sentence_weight": 0, "word_weight": 0, "sequence_weight": 1}})  # fmt: skip
+    task = build_task(cfg)
+    items = [task.train_set()[(i, i)] for i in range(20)]
+    for it in items:
+        words = it["text"].split()
+        assert 2 <= len(words) <= 5 and set(words) <= {"go", "stop", "up"}
+        assert it["tokens"] == task.tok.encode(it["text"])
+        # each word is its 0.5 s of speech plus 50 ms margins: no clip's leading/trailing 0.25 s silence
+        assert len(it["audio"]) < len(words) * 16000 * (0.5 + 0.1) + (len(words) - 1) * 16000 * 0.5 + 1
+    assert "much too long" not in {c.text for c in [task.clips[i] for i in task.pool["train"]["sentence"]]}
+    assert task.describe()["labels"][:3] == ["<blank>", " ", "'"]
+
+
 def test_config_overrides_and_errors(tmp_path: Path) -> None:
     d = apply_overrides({"task": "kws", "train": {"steps": 5}}, ["train.steps=7", "optim.lr=3e-3", "data.words=sc12"])
     cfg = TrainConfig.from_dict(d)
