@@ -60,13 +60,18 @@ def test_listen_hears_the_virtual_microphone(virtual_mic, tmp_path) -> None:
         256,
         {"task": "kws", "labels": [f"w{i}" for i in range(33)] + ["_unknown_", "_silence_"]},
     )
-    t = np.arange(16000 * 8) / 16000
+    t = np.arange(16000 * 5) / 16000
     write_audio(tmp_path / "tone.wav", (0.4 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), 16000)
-    player = subprocess.Popen(["paplay", "--device=virt_speaker", str(tmp_path / "tone.wav")], env=virtual_mic)
     rec = tmp_path / "heard.wav"
     cmd = [sys.executable, "-m", "edgessm", "listen", "--model", str(tmp_path / "kws.onnx"), "--device", "pulse",
            "--duration", "3", "--record", str(rec), "--threshold", "1.1"]  # fmt: skip
-    err = subprocess.run(cmd, env=virtual_mic, check=True, capture_output=True, text=True, timeout=60).stderr
+    proc = subprocess.Popen(cmd, env=virtual_mic, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stderr.readline()  # play only once the microphone is open (a loaded machine starts slowly)
+    assert first.startswith("listening on"), first + proc.stderr.read()
+    player = subprocess.Popen(["paplay", "--device=virt_speaker", str(tmp_path / "tone.wav")], env=virtual_mic)
+    _, rest = proc.communicate(timeout=60)
+    err = first + rest
+    assert proc.returncode == 0, err
     player.wait(timeout=30)
     heard, rate = sf.read(rec)
     # PulseAudio's capture latency eats into the 3 s: at least half a second must have gone through

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import shutil
 import signal
 import stat
@@ -37,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .devices import input_device, parse_device, pump_blocks, sounddevice_or_exit
+from .devices import Microphone, input_device, parse_device, sounddevice_or_exit
 from .sources import Source, open_source
 
 BLOCK_S = 1.0  # seconds of audio read per block
@@ -533,14 +532,6 @@ def _live(args: argparse.Namespace) -> int:
     else:
         sink = Speakers(sd, parse_device(args.output_device), rate)
         target = sink.name
-    blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
-    overflows = 0
-
-    def callback(indata, frames, t, status) -> None:  # PortAudio's thread: count, copy, queue; nothing else
-        nonlocal overflows
-        if status.input_overflow:
-            overflows += 1
-        blocks.put(indata[:, 0].copy())
 
     def put(y: np.ndarray, last: bool = False) -> None:
         if isinstance(sink, Speakers):
@@ -549,15 +540,13 @@ def _live(args: argparse.Namespace) -> int:
             sink.write(y)
 
     try:
-        mic = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32",
-                             blocksize=max(1, round(rate * LIVE_BLOCK_S)), callback=callback)  # fmt: skip
-        mic.start()
-    except (ValueError, sd.PortAudioError) as e:
+        mic = Microphone(sd, device, rate, LIVE_BLOCK_S, _no_microphone)
+    except SystemExit:
         _close_sink(sink)
-        raise _no_microphone(e) from None
+        raise
     print(f"denoising {dev['name']} at {rate} Hz to {target} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
-        pump_blocks(mic, blocks, args.duration, lambda block: put(denoiser.feed(block[None])))
+        mic.pump(args.duration, lambda block: put(denoiser.feed(block[None])))
         put(denoiser.finish(), last=True)
         if isinstance(sink, Writer):
             sink.commit()
@@ -571,7 +560,8 @@ def _live(args: argparse.Namespace) -> int:
     underflows = 0 if isinstance(sink, Writer) else sink.underflows
     print(
         f"summary: {seconds:.2f} s processed (1 channel at {rate} Hz) to {target}, "
-        f"{_plural(overflows, 'input overflow')}, {_plural(underflows, 'output underflow')}, real-time factor {rtf}",
+        f"{_plural(mic.overflows, 'input overflow')}, {_plural(underflows, 'output underflow')}, "
+        f"real-time factor {rtf}",
         file=sys.stderr,
         flush=True,
     )

@@ -37,6 +37,34 @@ def input_device(sd, value: str | None, no_microphone) -> tuple[int | str | None
     return device, info, int(info["default_samplerate"])
 
 
+class Microphone:
+    """A started PortAudio input stream of one channel whose callback (PortAudio's thread) only copies
+    each block into :attr:`blocks` and counts input overflows in :attr:`overflows`.
+
+    Raises what ``no_microphone(exception)`` builds when the device refuses to open.
+    """
+
+    def __init__(self, sd, device, rate: int, block_s: float, no_microphone) -> None:
+        self.blocks: queue.SimpleQueue = queue.SimpleQueue()
+        self.overflows = 0
+        try:
+            self.stream = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32",
+                                         blocksize=max(1, round(rate * block_s)), callback=self._callback)  # fmt: skip
+            self.stream.start()
+        except (ValueError, sd.PortAudioError) as e:
+            raise no_microphone(e) from None
+
+    def _callback(self, indata, frames, t, status) -> None:  # count, copy, queue; nothing else
+        if status.input_overflow:
+            self.overflows += 1
+        self.blocks.put(indata[:, 0].copy())
+
+    def pump(self, duration: float | None, feed: Callable, idle: Callable[[], None] | None = None,
+             poll_s: float = 0.1) -> bool:  # fmt: skip
+        """:func:`pump_blocks` on this microphone (which it stops and closes)."""
+        return pump_blocks(self.stream, self.blocks, duration, feed, idle, poll_s)
+
+
 def pump_blocks(mic, blocks: queue.SimpleQueue, duration: float | None, feed: Callable,
                 idle: Callable[[], None] | None = None, poll_s: float = 0.1) -> bool:  # fmt: skip
     """The live loop: ``feed(block)`` every captured block until ``duration`` seconds have passed

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import queue
 import sys
 import time
 from collections import Counter
@@ -259,24 +258,17 @@ def _listen_file(listener: Listener, audio: np.ndarray, rate: int, args: argpars
 
 
 def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
-    from .devices import input_device, pump_blocks
+    from .devices import Microphone, input_device
 
     sd = _sounddevice()
     device, dev, rate = input_device(sd, args.device, _no_microphone)
-    blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
+    mic = Microphone(sd, device, rate, 0.05, _no_microphone)
 
-    def callback(indata, frames, t, status) -> None:  # PortAudio's thread: count, copy, queue; nothing else
-        if status.input_overflow:
-            listener.overflows += 1
-        blocks.put(indata[:, 0].copy())
+    def feed(block: np.ndarray) -> None:
+        listener.overflows = mic.overflows
+        listener.feed(rate, block)
 
-    try:
-        mic = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32", blocksize=rate // 20,
-                             callback=callback)  # fmt: skip
-        mic.start()
-    except (ValueError, sd.PortAudioError) as e:
-        raise _no_microphone(e) from None
     words = ", ".join(decider.labels[i] for i in np.flatnonzero(decider.active))
     print(f"listening on {dev['name']} at {rate} Hz for {words} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    pump_blocks(mic, blocks, args.duration, lambda block: listener.feed(rate, block),
-                idle=lambda: listener.show(force=True), poll_s=METER_PERIOD_S)  # fmt: skip
+    mic.pump(args.duration, feed, idle=lambda: listener.show(force=True), poll_s=METER_PERIOD_S)
+    listener.overflows = mic.overflows

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import queue
 import sys
 import time
 
@@ -207,37 +206,24 @@ def _no_microphone(e: Exception) -> SystemExit:
 
 
 def _live(make, args: argparse.Namespace) -> int:
-    from .devices import input_device, pump_blocks, sounddevice_or_exit
+    from .devices import Microphone, input_device, sounddevice_or_exit
 
     sd = sounddevice_or_exit("edgessm transcribe: the microphone", "transcribe a recording: edgessm transcribe FILE")
     device, dev, rate = input_device(sd, args.device, _no_microphone)
     rec = make()
     printer = Printer(args.json, live=True)
-    blocks: queue.SimpleQueue[np.ndarray] = queue.SimpleQueue()
-    overflows = 0
-
-    def callback(indata, frames, t, status) -> None:  # PortAudio's thread: count, copy, queue; nothing else
-        nonlocal overflows
-        if status.input_overflow:
-            overflows += 1
-        blocks.put(indata[:, 0].copy())
 
     def feed(block: np.ndarray) -> None:
         for seg in rec.accept_waveform(rate, block):
             printer.final(seg)
         printer.partial(rec.partial().text)
 
-    try:
-        mic = sd.InputStream(device=device, channels=1, samplerate=rate, dtype="float32", blocksize=rate // 20,
-                             callback=callback)  # fmt: skip
-        mic.start()
-    except (ValueError, sd.PortAudioError) as e:
-        raise _no_microphone(e) from None
+    mic = Microphone(sd, device, rate, 0.05, _no_microphone)
     print(f"captioning {dev['name']} at {rate} Hz (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    pump_blocks(mic, blocks, args.duration, feed)
+    mic.pump(args.duration, feed)
     for seg in rec.finish():
         printer.final(seg)
     printer.clear()
-    note = f", {overflows} input overflows" if overflows else ""
+    note = f", {mic.overflows} input overflows" if mic.overflows else ""
     print(f"heard {rec.heard_s:.1f} s{note}", file=sys.stderr, flush=True)
     return 0
