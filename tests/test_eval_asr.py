@@ -46,6 +46,7 @@ def test_latencies_measure_onset_to_first_token_and_end_of_speech_to_final(model
 def test_digit_vocabulary_and_unknown_sets() -> None:
     assert asr.vocabulary("fsdd-strings", []) == list(asr.DIGITS)
     utts = [asr.Utterance("x", np.zeros(10, np.float32), "stop go"), asr.Utterance("y", np.zeros(1), "go")]
-    assert asr.vocabulary("sc-test", utts) == ["go", "stop"]
+    assert asr.vocabulary("other", utts) == ["go", "stop"]
+    assert len(asr.vocabulary("sc-test", utts)) == 35 and "marvin" in asr.vocabulary("sc-test")
     with pytest.raises(ValueError, match="unknown test set 'librispeech'"):
         asr.test_set("librispeech")

@@ -32,7 +32,7 @@ import numpy as np
 
 from edgessm.data.audio import SAMPLE_RATE, load_audio, speech_bounds, speech_span
 from edgessm.data.corpora import normalize_text, shared_fsdd, shared_read_speech, shared_sc_test, synth_manifest
-from edgessm.data.labels import SILENCE
+from edgessm.data.labels import SC35_WORDS, SILENCE
 from edgessm.data.manifest import Clip, assign_split, read_manifest
 from edgessm.data.text import edit_distance
 
@@ -120,10 +120,16 @@ def fsdd_strings(n: int, seed: int = 0) -> list[Utterance]:
     return out
 
 
-def vocabulary(name: str, utterances: Sequence[Utterance]) -> list[str]:
-    """The words a closed-vocabulary set can contain (for grammars)."""
+def vocabulary(name: str, utterances: Sequence[Utterance] = ()) -> list[str]:
+    """The words a closed-vocabulary set can contain (for grammars): the digits, the 35 Speech Commands
+    words, the synthetic corpus's single words; else the words of ``utterances``."""
     if name in ("fsdd-digits", "fsdd-strings"):
         return list(DIGITS)
+    if name == "sc-test":
+        return sorted(SC35_WORDS)
+    if name == "synth-words":
+        clips = read_manifest(synth_manifest("default"))
+        return sorted({c.text for c in clips if c.text and len(c.text.split()) == 1})
     return sorted({w for u in utterances for w in u.text.split()})
 
 
