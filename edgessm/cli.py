@@ -17,6 +17,7 @@ COMMANDS = {
     "listen": ("edgessm.runtime.listen", "live keyword spotting from the microphone or a file (no torch)"),
     "denoise": ("edgessm.runtime.denoise", "remove noise from a recording or live from the microphone (no torch)"),
     "transcribe": ("edgessm.runtime.transcribe", "speech to text from recordings or live captions (no torch)"),
+    "models": ("edgessm.runtime.models", "the shipped models: task, size, compute, graphs; --verify their files"),
     "synth": ("edgessm.data.synth.cli", "make the offline multi-voice synthetic speech corpus (cached, deterministic)"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),

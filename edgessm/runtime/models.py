@@ -1,0 +1,143 @@
+"""``edgessm models``: the shipped models, what each does and costs, and whether their files are intact
+(torch-free).
+
+edgessm models                 # a table: task, parameters, compute, chunk, graphs
+edgessm models kws35           # one model in detail: labels, graphs, budgets, card
+edgessm models --verify        # check every shipped file against its manifest's sha256
+edgessm models --json          # the same facts as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .registry import MODELS_DIR, sha256, shipped_models
+
+TASKS = {"kws": "keyword spotting", "denoise": "denoising", "asr": "speech recognition"}
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("name", nargs="?", help="one shipped model to describe in detail")
+    ap.add_argument("--verify", action="store_true", help="check every shipped file against its recorded sha256")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def describe(folder: Path) -> dict:
+    """Facts about one model folder: its manifest, and the metadata of its main graph."""
+    import onnxruntime as ort
+
+    manifest = json.loads((folder / "manifest.json").read_text()) if (folder / "manifest.json").is_file() else {}
+    graphs = sorted(p.name for p in folder.glob("*.onnx"))
+    main = folder / f"{folder.name}.onnx"
+    meta: dict[str, str] = {}
+    if main.is_file():
+        opts = ort.SessionOptions()
+        opts.log_severity_level = 3
+        meta = dict(ort.InferenceSession(str(main), opts, providers=["CPUExecutionProvider"])
+                    .get_modelmeta().custom_metadata_map)  # fmt: skip
+    chunk = int(meta.get("chunk", manifest.get("chunk", 0)) or 0)
+    rate = int(meta.get("sample_rate", 16000))
+    return {
+        "name": folder.name,
+        "task": meta.get("task", ""),
+        "params": int(meta["params"]) if "params" in meta else None,
+        "mflops_per_second": float(meta["flops_per_second"]) / 1e6 if "flops_per_second" in meta else None,
+        "chunk_ms": 1000 * chunk / rate if chunk else None,
+        "latency_ms": 1000 * int(meta.get("latency_samples", chunk)) / rate if chunk else None,
+        "labels": json.loads(meta["labels"]) if "labels" in meta else [],
+        "threshold": float(meta["threshold"]) if "threshold" in meta else None,
+        "graphs": graphs,
+        "budgets": manifest.get("budgets", {}),
+        "card": str(folder / "README.md") if (folder / "README.md").is_file() else None,
+        "files": manifest.get("files", {}),
+    }
+
+
+def verify(folder: Path, files: dict[str, str]) -> list[str]:
+    """Problems with a model folder's files: missing, or not matching the manifest's sha256."""
+    problems = []
+    for name, digest in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{folder.name}/{name}: missing")
+        elif sha256(path) != digest:
+            problems.append(f"{folder.name}/{name}: sha256 differs from manifest.json (damaged or altered)")
+    return problems
+
+
+def _fmt(x, fmt: str) -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def run(args: argparse.Namespace) -> int:
+    names = shipped_models()
+    if args.name is not None:
+        if args.name not in names:
+            raise SystemExit(f"edgessm models: no shipped model {args.name!r} (shipped: {', '.join(names) or 'none'})")
+        names = [args.name]
+    try:
+        facts = [describe(MODELS_DIR / n) for n in names]
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"edgessm models: cannot read a model folder ({e})") from None
+    problems: list[str] = []
+    if args.verify:
+        for f in facts:
+            found = verify(MODELS_DIR / f["name"], f["files"])
+            f["verified"] = not found
+            problems += found
+    if args.json:
+        print(json.dumps([{k: v for k, v in f.items() if k != "files"} for f in facts], indent=1))
+    elif args.name is not None:
+        _detail(facts[0])
+    else:
+        _table(facts, args.verify)
+    for p in problems:
+        print(f"edgessm models: {p}", file=sys.stderr)
+    if args.verify and not problems:
+        n = sum(len(f["files"]) for f in facts)
+        print(f"all {n} shipped files match their sha256", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _table(facts: list[dict], verified: bool) -> None:
+    head = f"{'model':<12} {'task':<19} {'params':>9} {'MFLOP/s':>8} {'chunk':>7}  graphs"
+    print(head + ("  files" if verified else ""))
+    for f in facts:
+        task = TASKS.get(f["task"], f["task"] or "?")
+        graphs = f"{len(f['graphs'])} (" + ", ".join(_kinds(f)) + ")"
+        params, mflops = _fmt(f["params"], "{:,}"), _fmt(f["mflops_per_second"], "{:.1f}")
+        line = f"{f['name']:<12} {task:<19} {params:>9} {mflops:>8} {_fmt(f['chunk_ms'], '{:.0f} ms'):>7}  {graphs}"
+        print(line + (("  ok" if f["verified"] else "  DAMAGED") if verified else ""))
+    print("\nedgessm models NAME: details; --verify: check the files; cards: models/NAME/README.md")
+
+
+def _kinds(f: dict) -> list[str]:
+    kinds = ["fp32"]
+    if any(g.endswith(".int8.onnx") for g in f["graphs"]):
+        kinds.append("int8")
+    if f["budgets"]:
+        kinds.append("budgets " + ",".join(sorted(f["budgets"], key=int)))
+    return kinds
+
+
+def _detail(f: dict) -> None:
+    print(f"{f['name']}: {TASKS.get(f['task'], f['task'])}")
+    print(f"  parameters     {_fmt(f['params'], '{:,}')}")
+    print(f"  compute        {_fmt(f['mflops_per_second'], '{:.1f}')} MFLOP per second of audio")
+    latency = _fmt(f["latency_ms"], "{:.0f} ms")
+    print(f"  chunk          {_fmt(f['chunk_ms'], '{:.0f} ms')} per graph call (latency {latency})")
+    if f["labels"]:
+        shown = ", ".join(f["labels"][:40]) + (" ..." if len(f["labels"]) > 40 else "")
+        print(f"  labels         {len(f['labels'])}: {shown}")
+    if f["threshold"] is not None:
+        print(f"  threshold      {f['threshold']}")
+    print(f"  graphs         {', '.join(f['graphs'])}")
+    if f["budgets"]:
+        print(f"  budgets        {', '.join(sorted(f['budgets'], key=int))}")
+    if f["card"]:
+        print(f"  model card     {f['card']}")
+    if "verified" in f:
+        print(f"  files          {'match their sha256' if f['verified'] else 'DAMAGED (see below)'}")

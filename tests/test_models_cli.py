@@ -1,0 +1,47 @@
+"""``edgessm models``: lists what ships, verifies the files by hash, and says so when one is damaged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from edgessm.cli import main
+from edgessm.runtime import models, registry
+
+
+@pytest.fixture
+def shipped(tmp_path, monkeypatch):
+    if not (registry.MODELS_DIR / "kws35" / "kws35.onnx").is_file():
+        pytest.skip("no shipped kws35 model in this checkout")
+    root = tmp_path / "models"
+    shutil.copytree(registry.MODELS_DIR / "kws35", root / "kws35")
+    monkeypatch.setattr(registry, "MODELS_DIR", root)
+    monkeypatch.setattr(models, "MODELS_DIR", root)
+    return root
+
+
+def test_table_detail_and_json(shipped, capsys) -> None:
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "kws35" in out and "keyword spotting" in out and "fp32, int8" in out
+    assert main(["models", "kws35"]) == 0
+    out = capsys.readouterr().out
+    assert "labels         37:" in out and "_silence_" in out
+    assert main(["models", "--json"]) == 0
+    (facts,) = json.loads(capsys.readouterr().out)
+    assert facts["task"] == "kws" and facts["params"] > 10_000 and facts["chunk_ms"] > 0
+    with pytest.raises(SystemExit, match="no shipped model 'nope' \\(shipped: kws35\\)"):
+        main(["models", "nope"])
+
+
+def test_verify_finds_a_damaged_file(shipped, capsys) -> None:
+    assert main(["models", "--verify"]) == 0
+    assert "match their sha256" in capsys.readouterr().err
+    graph = shipped / "kws35" / "kws35.int8.onnx"
+    graph.write_bytes(graph.read_bytes()[:-10] + b"0123456789")
+    assert main(["models", "--verify"]) == 1
+    captured = capsys.readouterr()
+    assert "DAMAGED" in captured.out
+    assert "kws35/kws35.int8.onnx: sha256 differs from manifest.json" in captured.err
