@@ -164,7 +164,8 @@ def test_waveform_loss_goes_down(tmp_path: Path) -> None:
     assert "si_sdr_improvement" in metrics
 
 
-def test_ctc_loss_goes_down(tmp_path: Path) -> None:
+def test_ctc_loss_goes_down(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))  # the decoded-audio cache stays in tmp
     root = librispeech_folder(tmp_path / "ls")
     cfg = TrainConfig.from_dict(
         {
@@ -181,8 +182,9 @@ def test_ctc_loss_goes_down(tmp_path: Path) -> None:
     assert 0.0 <= metrics["cer"]
 
 
-def test_ctc_examples_mix_sentences_words_and_joined_word_sequences(tmp_path: Path) -> None:
+def test_ctc_examples_mix_sentences_words_and_joined_word_sequences(tmp_path: Path, monkeypatch) -> None:
     """Sequences join single-word clips cut to their speech; transcripts always match; long audio is left out."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
     import numpy as np
 
     from edgessm.data.audio import write_audio

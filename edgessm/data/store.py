@@ -1,8 +1,14 @@
 """Decoded audio held in memory: every clip of a training set read once, resampled to 16 kHz and
-stored as int16 in one flat buffer (shared copy-on-write by data-loader workers)."""
+stored as int16 in one flat buffer (shared copy-on-write by data-loader workers).
+
+With ``cache=True`` the decoded buffer is also saved under ``<cache_dir>/stores/`` keyed by the files'
+paths, sizes and modification times (and ``max_samples``), so a resumed or repeated run maps it back
+in seconds instead of decoding tens of thousands of files again; a changed file changes the key."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +36,14 @@ class AudioStore:
         progress: show a progress bar while decoding.
     """
 
-    def __init__(self, paths: Sequence[str], max_samples: int = 0, progress: bool = False, workers: int = 4) -> None:
+    def __init__(self, paths: Sequence[str], max_samples: int = 0, progress: bool = False, workers: int = 4,
+                 cache: bool = False) -> None:  # fmt: skip
+        cached = _cache_path(paths, max_samples) if cache else None
+        if cached is not None and cached.is_file():
+            with np.load(cached) as z:
+                self.offsets, self.data = z["offsets"], z["data"]
+            return
+
         def load(p: str) -> np.ndarray:
             x, _ = load_audio(p, SAMPLE_RATE)
             if max_samples:
@@ -47,6 +60,12 @@ class AudioStore:
         lengths = np.array([len(a) for a in arrays], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(lengths)])
         self.data = np.concatenate(arrays) if arrays else np.zeros(0, np.int16)
+        if cached is not None:
+            from edgessm.atomic import atomic_path
+
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(cached) as tmp, open(tmp, "wb") as f:
+                np.savez(f, offsets=self.offsets, data=self.data)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -56,6 +75,17 @@ class AudioStore:
 
     def length(self, i: int) -> int:
         return int(self.offsets[i + 1] - self.offsets[i])
+
+
+def _cache_path(paths: Sequence[str], max_samples: int):
+    """Where the decoded buffer of ``paths`` is cached (a digest of every file's path, size and mtime)."""
+    from .corpora import cache_dir
+
+    h = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}".encode())
+    for p in paths:
+        st = os.stat(p)
+        h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return cache_dir() / "stores" / f"{h.hexdigest()[:24]}.npz"
 
 
 class ClipDrawer:

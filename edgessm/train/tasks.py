@@ -537,7 +537,7 @@ class CtcTask(Task):
         for c in clips:
             by_split.setdefault(self.split(c), []).append(c)
         self.clips = by_split["train"] + by_split["validation"]
-        self.store = AudioStore([c.path for c in self.clips], progress=True)
+        self.store = AudioStore([c.path for c in self.clips], progress=True, cache=True)  # decoded once, reused
         # per split and kind: store indices of the utterances short enough to train on
         self.pool: dict[str, dict[str, list[int]]] = {s: {"sentence": [], "word": []} for s in by_split}
         for i, c in enumerate(self.clips):
