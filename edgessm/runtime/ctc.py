@@ -122,6 +122,11 @@ class CtcStreamDecoder:
         s.prev = k
         s.silent = s.silent + 1 if label == self.space else 0
 
+    @property
+    def in_segment(self) -> bool:
+        """Whether the current segment has text (O(1); ``partial()`` builds the whole segment)."""
+        return self._s.start is not None
+
     def partial(self) -> Segment:
         """The segment being decoded (``final=False``); empty text while nothing was said."""
         return self._segment(final=False)

@@ -70,7 +70,7 @@ class Transcriber:
                 segs = [self._rescore(seg) for seg in segs]
                 self._forget_silence()
             done += segs
-            if self.first_text_s is None and (done or self.decoder.partial().text):
+            if self.first_text_s is None and (done or self.decoder.in_segment):
                 self.first_text_s = self.decoder.frame * self.decoder.frame_s
         return done
 
@@ -90,8 +90,8 @@ class Transcriber:
 
     def _forget_silence(self) -> None:
         """While nothing is being said, keep only the last :data:`IDLE_FRAMES` frames of logits."""
-        if self.decoder.partial().text:
-            return
+        if self.decoder.in_segment or sum(f.shape[1] for f in self._frames) < 2 * IDLE_FRAMES:
+            return  # trimmed in batches, not on every chunk
         logits = np.concatenate(self._frames, axis=1)
         drop = max(0, logits.shape[1] - IDLE_FRAMES)
         self._frames, self._base = [logits[:, drop:]], self._base + drop
