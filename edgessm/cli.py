@@ -28,6 +28,13 @@ COMMANDS = {
 def _bench(args: argparse.Namespace) -> int:
     from edgessm.bench import BENCHMARKS, run
 
+    if args.help and not args.name:
+        print(
+            "usage: edgessm bench [MODEL|GRAPH ...] [options]   inference benchmark of shipped models or graphs\n"
+            f"       edgessm bench {{{','.join(BENCHMARKS)}}} [options]\n"
+            "--help after a benchmark's name (e.g. `edgessm bench models --help`) lists its options"
+        )
+        return 0
     if args.name in BENCHMARKS:
         return run(args.name, args.rest)
     # `edgessm bench kws35 denoise ...`: the inference benchmark of shipped models or graphs
@@ -50,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="benchmarks: edgessm bench [MODEL|GRAPH ...] (inference), edgessm bench fftconv (training)",
         add_help=False,
     )
+    b.add_argument("-h", "--help", action="store_true", help="show the benchmarks and how to get their options")
     b.add_argument("name", nargs="?", help=f"a benchmark ({', '.join(sorted(BENCHMARKS))}) or a model/graph")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="more models, or the benchmark's options")
     b.set_defaults(func=_bench)

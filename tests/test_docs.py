@@ -20,6 +20,10 @@ def test_cli_help_and_bench_listing(capsys) -> None:
 
     assert main([]) == 2
     assert "bench" in capsys.readouterr().out
+    for flag in ("-h", "--help"):  # `bench` parses its own options, so its help is answered by hand
+        assert main(["bench", flag]) == 0
+        out = capsys.readouterr().out
+        assert "fftconv" in out and "edgessm bench models --help" in out
 
 
 def test_cli_import_does_not_load_torch() -> None:
