@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures import clean_and_noise_folders, librispeech_folder, speech_commands_folder
+from fixtures import clean_and_noise_folders, librispeech_folder, speech_commands_folder, write_audio
 
 from edgessm.train.config import TrainConfig, apply_overrides, load_config
 from edgessm.train.trainer import RunExistsError, Trainer
@@ -414,3 +414,35 @@ def test_denoise_validation_streams_joined_clips(tmp_path: Path) -> None:
     speech = np.abs(ex["clean"][0]) > 1e-4
     assert speech[:16000].any() and speech[-16000:].any()  # speech throughout, not one clip in silence
     assert task._example("train", 0, np.random.default_rng(0))["noisy"].shape == (1, 4096)
+
+
+def test_denoise_word_streams_join_clean_words_of_training_speakers(tmp_path: Path) -> None:
+    import numpy as np
+
+    from edgessm.data.audio import dynamic_range_db
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    rng = np.random.default_rng(1)
+    t = np.arange(4800) / 16000
+    for i in range(6):  # clean words in silence, and words recorded over a noise floor
+        word = np.concatenate([np.zeros(1600), 0.3 * np.sin(2 * np.pi * 200 * (i + 1) * t), np.zeros(1600)])
+        write_audio(tmp_path / "words" / f"spk{i}" / "clean.wav", word.astype(np.float32), 16000)
+        noisy = word + 0.05 * rng.normal(size=word.size)
+        write_audio(tmp_path / "words" / f"spk{i}" / "noisy.wav", noisy.astype(np.float32), 16000)
+    data = {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "val_noise_holdout": ["hum.wav"],
+            "segment_samples": 32000, "word_sources": [f"folder:{tmp_path / 'words'}"], "word_stream_prob": 1.0,
+            "validation_pct": 0.0, "test_pct": 0.0}  # fmt: skip
+    task = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": data}))
+    task._prepare()
+    assert len(task.word_index) == 6  # the noisy-floor recordings are left out
+    assert all(dynamic_range_db(task.words[i]) >= 30 for i in task.word_index)
+    stream = task._word_stream(32000, np.random.default_rng(0))
+    active = np.abs(stream).reshape(-1, 160).max(1) > 1e-3
+    starts = np.flatnonzero(active[1:] & ~active[:-1])
+    assert len(starts) >= 3  # several words with pauses between them fill the segment
+    assert task._example("train", 0, np.random.default_rng(0))["noisy"].shape == (1, 32000)
+
+    no_words = {**data, "word_sources": []}
+    with pytest.raises(ValueError, match="word_sources"):
+        DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": no_words}))._prepare()

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.data import corpora
-from edgessm.data.audio import SAMPLE_RATE, speech_span
+from edgessm.data.audio import SAMPLE_RATE, dynamic_range_db, speech_span
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
 from edgessm.data.manifest import Clip, assign_split, read_manifest
@@ -354,6 +354,14 @@ class DenoiseData:
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
     min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
     val_samples: int = 0  # validation length (0: segment_samples); longer ones join consecutive clips, as a stream
+    # Real speech from many speakers as isolated words (e.g. Speech Commands): a training example is, with
+    # probability word_stream_prob, words of different training speakers cut to their speech and joined
+    # with pauses of pause_s seconds, each at its own level within +-word_level_db of the others.
+    word_sources: tuple[str, ...] = ()
+    word_stream_prob: float = 0.0
+    pause_s: tuple[float, float] = (0.05, 0.6)
+    word_level_db: float = 6.0
+    min_dynamic_range_db: float = 30.0  # word clips with less are skipped: their own noise would be a target
 
 
 class DenoiseTask(Task):
@@ -383,6 +391,9 @@ class DenoiseTask(Task):
             raise CorpusError("no clean training speech found in the data sources")
         self.train_clips, self.val_clips = train, val
         self.clean = AudioStore([c.path for c in train + val], progress=True)
+        self.words, self.word_index = None, []
+        if self.data.word_stream_prob > 0:
+            self._prepare_words()
         paths = noise_paths(list(self.data.noise))
         if not paths:
             raise CorpusError("denoising needs noise recordings (data.noise)")
@@ -403,11 +414,45 @@ class DenoiseTask(Task):
         self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
         self._prepared = True
 
+    def _prepare_words(self) -> None:
+        """The training speakers' clean word clips of ``word_sources`` (validation and test speakers and
+        recordings under ``min_dynamic_range_db`` left out)."""
+        if not 0 <= self.data.word_stream_prob <= 1:
+            raise ValueError(f"[data] word_stream_prob must be in [0, 1], not {self.data.word_stream_prob}")
+        if not self.data.word_sources:
+            raise ValueError("[data] word_stream_prob > 0 needs word_sources (e.g. ['shared:sc_train'])")
+        clips = [c for c in load_sources(list(self.data.word_sources))
+                 if assign_split(c, self.data.validation_pct, self.data.test_pct) == "train"]  # fmt: skip
+        if not clips:
+            raise CorpusError(f"no training word clips in {list(self.data.word_sources)}")
+        self.words = AudioStore([c.path for c in clips], progress=True, cache=True)
+        self.word_index = [i for i in range(len(clips)) if dynamic_range_db(self.words[i]) >= self.data.min_dynamic_range_db]
+        if not self.word_index:
+            raise CorpusError(f"no word clip has a dynamic range of {self.data.min_dynamic_range_db} dB; lower min_dynamic_range_db")
+
+    def _word_stream(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        """``length`` samples of random training words joined with pauses, starting at a random offset."""
+        out = np.zeros(length, np.float32)
+        lo, hi = self.data.pause_s
+        pos = -int(rng.integers(0, SAMPLE_RATE // 2))  # the stream may start in the middle of a word
+        while pos < length:
+            word = speech_span(self.words[self.word_index[int(rng.integers(len(self.word_index)))]], -35.0,
+                               margin=800, abs_floor=1e-4)  # fmt: skip
+            rms = float(np.sqrt(np.mean(word.astype(np.float64) ** 2))) + 1e-9
+            word = word * (0.05 / rms * 10 ** (rng.uniform(-1, 1) * self.data.word_level_db / 20))
+            a, b = max(pos, 0), min(pos + len(word), length)
+            if b > a:
+                out[a:b] = word[a - pos : b - pos]
+            pos += len(word) + int(SAMPLE_RATE * rng.uniform(lo, hi))
+        return out
+
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
         r = rng if rng is not None else item_rng(10_000 + index)
         if split == "train":
-            # short clips (single words) sit at a random place in silence: the model must keep silence silent
-            clean = _crop_or_place(self.clean[index], self.data.segment_samples, r)
+            if self.words is not None and r.random() < self.data.word_stream_prob:
+                clean = self._word_stream(self.data.segment_samples, r)
+            else:  # short clips sit at a random place in silence: the model must keep silence silent
+                clean = _crop_or_place(self.clean[index], self.data.segment_samples, r)
             noisy, target = self.augment(clean, r)
         else:
             length = self.data.val_samples or self.data.segment_samples
