@@ -82,3 +82,39 @@ def test_denoiser_streaming_equals_forward() -> None:
     with torch.no_grad():
         y, _ = run_chunked(net, x, [64 * s for s in random_chunks(30, seed=6, high=6)])
         assert rel_err(y, net(x)) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["kws", "asr", "denoise"])
+def test_auditory_full_init_tunes_each_full_block_to_its_rate_and_streams(name: str) -> None:
+    import math
+
+    extra = {"pools": [4, 4, 20]} if name == "asr" else {}
+    extra |= {"bottleneck_states": 8, "n_bottleneck": 1} if name == "denoise" else {}
+    torch.manual_seed(0)
+    net = build_network(name, **{**SMALL, **extra}, full_init="auditory").eval()
+    full = [m for m in net.modules() if type(m).__name__ == "FullSSM"]
+    assert full
+    for layer in full:  # the lowest mode sits at 50 Hz of the block's own rate (16 kHz here: every full block
+        _, wi = layer.modes.dtA()  # of SMALL is at the waveform's rate, the denoiser's output blocks too)
+        assert abs(float(wi.detach().min()) - 2 * math.pi * 50 / 16000) < 1e-4
+        assert float(wi.detach().max()) > 2.5  # and the highest near 0.9 x Nyquist
+    stride = net.stride if name != "denoise" else 64
+    x = torch.randn(1, 1, stride * 12)
+    with torch.no_grad():
+        y, _ = run_chunked(net, x, [stride * s for s in random_chunks(12, seed=9, high=4)])
+        ref = net.frame_logits(x) if name == "kws" else net(x)
+        assert rel_err(y, ref) < 1e-4
+
+
+def test_auditory_init_follows_the_denoiser_levels() -> None:
+    import math
+
+    cfg = {"channels": [4, 8], "states": [4, 4], "kinds": ["full", "full"], "pools": [4, 4], "n_bottleneck": 1,
+           "bottleneck_states": 8, "full_init": "auditory"}  # fmt: skip
+    net = build_network("denoise", **cfg)
+    for level, rate in ((0, 16000), (1, 4000)):
+        for block in (net.enc[level], net.dec[level]):
+            _, wi = block.ssm.modes.dtA()
+            assert abs(float(wi.detach().min()) - 2 * math.pi * 50 / rate) < 1e-4
+    with pytest.raises(ValueError, match="auditory"):
+        build_network("denoise", **{**cfg, "full_init": "gammatone"})

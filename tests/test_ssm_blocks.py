@@ -152,3 +152,41 @@ def test_gradients_reach_every_parameter() -> None:
         for name, p in layer.named_parameters():
             assert p.grad is not None and torch.isfinite(p.grad).all(), (kind, name)
             assert p.grad.abs().sum() > 0, (kind, name)
+
+
+def test_auditory_modes_are_an_erb_spaced_filterbank() -> None:
+    import math
+
+    from edgessm.ssm.discretize import auditory_modes
+
+    omega, beta = auditory_modes(32, 16000.0)
+    f = omega * 16000 / (2 * math.pi)
+    assert torch.all(f[1:] > f[:-1]) and 45 < f[0] < 55 and 7000 < f[-1] < 7201
+    erb = 24.7 * (4.37 * f / 1000 + 1)
+    assert torch.allclose(2 * beta * 16000 / (2 * math.pi), torch.minimum(erb, f), rtol=1e-6)
+    low, _ = auditory_modes(8, 4000.0)  # a level at a quarter of the rate spans its own band
+    assert low[-1] * 4000 / (2 * math.pi) < 0.9 * 2000 + 1
+
+
+def test_auditory_full_block_listens_across_the_band_and_streams() -> None:
+    import math
+
+    torch.manual_seed(0)
+    s4d = FullSSM(1, 8, 4)
+    ear = FullSSM(1, 8, 4, init="auditory", rate=16000.0)
+    with torch.no_grad():
+
+        def peaks(layer):  # the frequency (Hz) where each output channel's response peaks
+            spectrum = torch.fft.rfft(layer.kernel(4096)[:, 0].double(), 16000).abs()
+            return spectrum.argmax(-1).float()
+
+        assert peaks(s4d).max() < 500  # S4D-Lin at one Δ: every resonance below ~300 Hz
+        p = peaks(ear)
+        assert p.min() < 300 and p.max() > 4000  # the bands spread from the low to the high frequencies
+        u = torch.randn(2, 1, 4608)
+        y_step, _ = run_chunked(ear, u, random_chunks(u.shape[-1], seed=2))
+        assert rel_err(y_step, ear(u)) < 1e-4
+        wr, wi = ear.modes.dtA()
+        assert float(wi.max()) < math.pi and float(wr.max()) < 0
+    with pytest.raises(ValueError, match="auditory"):
+        FullSSM(1, 2, 4, init="mel")

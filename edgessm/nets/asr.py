@@ -24,12 +24,12 @@ from edgessm.ssm import AvgPool, CentaurusBlock, Counts, DownConv, StreamSequent
 from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import State
 
-from .backbone import ElasticOptions, block_kwargs
+from .backbone import BlockOptions, block_kwargs
 from .modules import MODULE_KINDS, make_module
 
 
 @dataclass
-class CtcRecognizerConfig(ElasticOptions):
+class CtcRecognizerConfig(BlockOptions):
     vocab_size: int = 29  # blank + space + apostrophe + a..z
     channels: list[int] = field(default_factory=lambda: [8, 16, 64, 96, 128, 128])
     states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 128])
@@ -64,10 +64,12 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
     layers: list = []
     c_in = 1
 
+    rate = 16000.0  # Hz at the current block (the waveform's rate, divided by each downsampling)
+
     def block(kind: str, h_in: int, h_out: int, states: int, first: bool) -> None:
         layers.append(
             CentaurusBlock(kind, h_in, h_out, states, cfg.n_sub, skip=not first, dropout=cfg.dropout,
-                           pre_conv=cfg.pre_conv if h_in > 1 else 0, **block_kwargs(kind, essm))
+                           pre_conv=cfg.pre_conv if h_in > 1 else 0, **block_kwargs(kind, essm, cfg.full_init, rate))
         )  # fmt: skip
         module = make_module(cfg.module, h_out, kernel_size=cfg.module_kernel, mult=cfg.ffn_mult, dropout=cfg.dropout)
         if module is not None and h_out > 1:
@@ -78,6 +80,7 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
         block(kind, c_in, c, cfg.states[i], first=i == 0)
         if r > 1:
             layers.append(DownConv(c, c, r) if cfg.downsample == "conv" else AvgPool(r))
+            rate /= r
         for _ in range(repeats[i] - 1):
             block(kind, c, c, cfg.states[i], first=False)
         c_in = c

@@ -36,17 +36,35 @@ class ElasticOptions:
                 "budget_dropout": self.essm_budget_dropout}  # fmt: skip
 
 
-def block_kwargs(kind: str, essm: dict[str, Any] | None) -> dict[str, Any]:
-    """The SSM options of a block of ``kind``: the ES-SSM options for ``essm``, none otherwise."""
-    return dict(essm or {}) if kind == "essm" else {}
+@dataclass
+class BlockOptions(ElasticOptions):
+    """Config fields of a network's SSM blocks: the ES-SSM options, and ``full_init``, the initial modes of
+    its full blocks: ``"s4d"`` (S4D-Lin, the paper's) or ``"auditory"`` (an ERB-spaced filterbank at the
+    block's sample rate, :func:`~edgessm.ssm.discretize.auditory_modes`)."""
+
+    full_init: str = "s4d"
+
+
+def block_kwargs(
+    kind: str, essm: dict[str, Any] | None, full_init: str = "s4d", rate: float = 16000.0
+) -> dict[str, Any]:
+    """The SSM options of a block of ``kind`` working at ``rate`` Hz: the ES-SSM options for ``essm``,
+    the initialisation for ``full`` blocks, none otherwise."""
+    if kind == "essm":
+        return dict(essm or {})
+    if kind == "full" and full_init != "s4d":
+        return {"init": full_init, "rate": float(rate)}
+    return {}
 
 
 def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Sequence[str], pools: Sequence[int],
                        n_sub: int = 4, dropout: float = 0.0, pre_conv: int = 0,
-                       essm: dict[str, Any] | None = None) -> StreamSequential:  # fmt: skip
+                       essm: dict[str, Any] | None = None, full_init: str = "s4d",
+                       rate: float = 16000.0) -> StreamSequential:  # fmt: skip
     """``(B, 1, T) -> (B, channels[-1], T / prod(pools))``; a pool of 1 adds no layer.
 
-    ``essm``: options of the ES-SSM blocks (``length``, ``mode``, ``gate``, ``budget_dropout``).
+    ``essm``: options of the ES-SSM blocks (``length``, ``mode``, ``gate``, ``budget_dropout``);
+    ``full_init``: the full blocks' initial modes (:class:`BlockOptions`); ``rate``: the input's rate in Hz.
     """
     n = len(channels)
     if not (len(states) == len(kinds) == len(pools) == n):
@@ -56,9 +74,10 @@ def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Se
     for i in range(n):
         layers.append(
             CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0, dropout=dropout,
-                           pre_conv=pre_conv if c_in > 1 else 0, **block_kwargs(kinds[i], essm))
+                           pre_conv=pre_conv if c_in > 1 else 0, **block_kwargs(kinds[i], essm, full_init, rate))
         )  # fmt: skip
         if pools[i] > 1:
             layers.append(AvgPool(pools[i]))
+            rate /= pools[i]
         c_in = channels[i]
     return StreamSequential(*layers)

@@ -24,11 +24,11 @@ from torch import Tensor, nn
 
 from edgessm.ssm import CentaurusBlock, Counts, DownConv, ElasticBudget, Streamable, UpConv
 
-from .backbone import ElasticOptions, block_kwargs
+from .backbone import BlockOptions, block_kwargs
 
 
 @dataclass
-class HourglassConfig(ElasticOptions):
+class HourglassConfig(BlockOptions):
     channels: list[int] = field(default_factory=lambda: [8, 16, 32, 48, 64, 96])
     states: list[int] = field(default_factory=lambda: [4, 4, 16, 16, 32, 32])
     kinds: list[str] = field(
@@ -58,19 +58,26 @@ class Hourglass(ElasticBudget, Streamable):
         # level i works at width widths[i] and resamples to widths[i + 1]
         essm = cfg.essm_kwargs()
 
-        def blk(kind: str, c: int, states: int, **kw) -> CentaurusBlock:
-            pre = cfg.pre_conv if c > 1 else 0
-            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=pre, **kw, **block_kwargs(kind, essm))
+        rates = [16000.0]  # Hz at each level: the waveform's, divided by each resampling
+        for r in cfg.pools:
+            rates.append(rates[-1] / r)
 
-        self.enc = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i]) for i in range(n))
+        def blk(kind: str, c: int, states: int, level: int, **kw) -> CentaurusBlock:
+            pre = cfg.pre_conv if c > 1 else 0
+            opts = block_kwargs(kind, essm, cfg.full_init, rates[level])
+            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=pre, **kw, **opts)
+
+        self.enc = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i], i) for i in range(n))
         self.down = nn.ModuleList(DownConv(widths[i], widths[i + 1], cfg.pools[i]) for i in range(n))
         self.mid = nn.ModuleList(
-            blk(cfg.bottleneck_kind, widths[-1], cfg.bottleneck_states) for _ in range(cfg.n_bottleneck)
+            blk(cfg.bottleneck_kind, widths[-1], cfg.bottleneck_states, n) for _ in range(cfg.n_bottleneck)
         )
         self.up = nn.ModuleList(UpConv(widths[i + 1], widths[i], cfg.pools[i]) for i in range(n))
-        self.dec = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i]) for i in range(n))
+        self.dec = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i], i) for i in range(n))
         c0 = widths[0]
-        self.out = nn.ModuleList([blk("full", c0, cfg.states[0]), blk("full", c0, cfg.states[0], activation=False)])
+        self.out = nn.ModuleList(
+            [blk("full", c0, cfg.states[0], 0), blk("full", c0, cfg.states[0], 0, activation=False)]
+        )
         self.gain = nn.Parameter(torch.full((1,), 0.1)) if cfg.residual else None
         stride = 1
         for r in cfg.pools:

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .discretize import DiagonalModes, dt_grid, powers, s4d_imag
+from .discretize import DiagonalModes, auditory_modes, dt_grid, powers, s4d_imag
 from .essm import ElasticSpectralSSM
 from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, plan_bottleneck
 from .kernels import modal_kernel
@@ -296,13 +296,26 @@ class FullSSM(SSMLayer):
 
     kind = "full"
 
-    def __init__(self, h_in: int, h_out: int, n_states: int = 4, *, dt_min: float = 1e-3, dt_max: float = 1e-1) -> None:
+    def __init__(self, h_in: int, h_out: int, n_states: int = 4, *, dt_min: float = 1e-3, dt_max: float = 1e-1,
+                 init: str = "s4d", rate: float = 16000.0) -> None:  # fmt: skip
         super().__init__()
         self.h_in, self.h_out, self.n_states = h_in, h_out, n_states
         shape = (h_out, h_in, n_states)
         dt = dt_grid(h_in, dt_min, dt_max)[:, None].expand(h_in, n_states)  # Δ_in
-        self.modes = DiagonalModes(s4d_imag(n_states).expand(shape), dt)
-        self.E = nn.Parameter(torch.randn(shape) / math.sqrt(h_in * n_states))
+        scale = 1 / math.sqrt(h_in * n_states)
+        if init == "s4d":
+            self.modes = DiagonalModes(s4d_imag(n_states).expand(shape), dt)
+            self.E = nn.Parameter(torch.randn(shape) * scale)
+        elif init == "auditory":
+            # output j listens to a band: its N modes are the j-th N of h_out N ERB-spaced resonances
+            # (discretize.auditory_modes); ΔA = -β + iω, and E scaled so that each mode peaks near unit gain
+            omega, beta = auditory_modes(h_out * n_states, rate)
+            omega, beta = omega.reshape(h_out, 1, n_states), beta.reshape(h_out, 1, n_states)
+            d = dt[None]  # (1, H, N)
+            self.modes = DiagonalModes((omega / d).expand(shape), dt, real=(beta / d).expand(shape))
+            self.E = nn.Parameter(torch.randn(shape) * scale * (2 * beta / d).float().expand(shape))
+        else:
+            raise ValueError(f"unknown full-block init {init!r}; choose 's4d' or 'auditory'")
 
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
         wr, wi = self.modes.dtA()

@@ -35,6 +35,29 @@ def dt_grid(n: int, dt_min: float = 1e-3, dt_max: float = 1e-1) -> Tensor:
     return torch.logspace(math.log10(dt_min), math.log10(dt_max), n, dtype=torch.float64)
 
 
+def auditory_modes(count: int, rate: float, low_hz: float = 50.0, high: float = 0.9) -> tuple[Tensor, Tensor]:
+    """``count`` resonances spaced evenly on the ERB-rate scale (Glasberg & Moore) from ``low_hz`` to
+    ``high`` x Nyquist: ``(ω, β)`` in radians per sample at ``rate`` Hz, each mode's centre frequency and
+    decay. A mode ``exp(-β + iω)`` has a -3 dB bandwidth of ``2β``; ``β`` makes it one ERB,
+    ``24.7 (4.37 f / 1000 + 1)`` Hz, wide (capped below ``ω``): a gammatone-like filterbank.
+
+    The waveform-end blocks use it instead of S4D-Lin: with a few states there, ``Im(ΔA) = πnΔ`` puts
+    every resonance below ~300 Hz at 16 kHz, and the learned ``Δ`` moves them too slowly to reach the
+    formants (a trained keyword spotter's first block still listened below 460 Hz).
+    """
+    erb = lambda f: 21.4 * math.log10(1 + 0.00437 * f)  # noqa: E731  ERB-rate of f Hz
+    lo, hi = erb(low_hz), erb(high * rate / 2)
+    if count > 1:
+        e = torch.linspace(lo, hi, count, dtype=torch.float64)
+    else:
+        e = torch.tensor([(lo + hi) / 2], dtype=torch.float64)
+    f = (10 ** (e / 21.4) - 1) / 0.00437
+    bandwidth = 24.7 * (4.37 * f / 1000 + 1)
+    omega = 2 * math.pi * f / rate
+    beta = torch.minimum(math.pi * bandwidth / rate, 0.5 * omega)
+    return omega, beta
+
+
 def s4d_imag(n: int) -> Tensor:
     """S4D-Lin imaginary parts ``π n`` for ``n = 0..n-1`` (the real part is -1/2)."""
     return math.pi * torch.arange(n, dtype=torch.float64)
@@ -46,15 +69,19 @@ class DiagonalModes(nn.Module):
     Args:
         imag: initial ``Im(A)``, shape ``S`` (the mode shape of the block).
         dt: initial Δ, any shape that broadcasts to ``S`` (one Δ per state, per the block).
-        real: initial ``-Re(A)`` (default 1/2, S4D-Lin).
+        real: initial ``-Re(A)``: 1/2 for every mode (S4D-Lin), or a tensor broadcasting to ``S``.
 
     The parameters carry ``_optim = {"weight_decay": 0.0}`` so trainers can give them their own group.
     """
 
-    def __init__(self, imag: Tensor, dt: Tensor, real: float = 0.5) -> None:
+    def __init__(self, imag: Tensor, dt: Tensor, real: float | Tensor = 0.5) -> None:
         super().__init__()
         imag = imag.to(torch.float32)
-        self.a_log = nn.Parameter(torch.full_like(imag, math.log(real)))
+        if isinstance(real, Tensor):  # one decay per mode (above MIN_DECAY, which dtA adds back)
+            a_log = torch.log((real.to(torch.float64) - MIN_DECAY).clamp_min(1e-6)).expand(imag.shape)
+        else:
+            a_log = torch.full_like(imag, math.log(real))
+        self.a_log = nn.Parameter(a_log.to(torch.float32).clone())
         self.a_im = nn.Parameter(imag.clone())
         self.dt_log = nn.Parameter(torch.log(dt).to(torch.float32))
         for p in (self.a_log, self.a_im, self.dt_log):

@@ -426,9 +426,10 @@ class DenoiseTask(Task):
         if not clips:
             raise CorpusError(f"no training word clips in {list(self.data.word_sources)}")
         self.words = AudioStore([c.path for c in clips], progress=True, cache=True)
-        self.word_index = [i for i in range(len(clips)) if dynamic_range_db(self.words[i]) >= self.data.min_dynamic_range_db]
+        floor = self.data.min_dynamic_range_db
+        self.word_index = [i for i in range(len(clips)) if dynamic_range_db(self.words[i]) >= floor]
         if not self.word_index:
-            raise CorpusError(f"no word clip has a dynamic range of {self.data.min_dynamic_range_db} dB; lower min_dynamic_range_db")
+            raise CorpusError(f"no word clip has a dynamic range of {floor} dB; lower min_dynamic_range_db")
 
     def _word_stream(self, length: int, rng: np.random.Generator) -> np.ndarray:
         """``length`` samples of random training words joined with pauses, starting at a random offset."""
