@@ -507,3 +507,34 @@ def test_live_without_devices_or_with_file_arguments_is_a_clear_error(graph, fak
     monkeypatch.setattr(sd, "query_devices", no_devices)
     with pytest.raises(SystemExit, match=r"no usable microphone .*Error querying device.*edgessm denoise IN OUT"):
         denoise("--live", "--model", path)
+
+
+def test_model_folder_with_a_file_graph_denoises_files_with_it(graph, tmp_path) -> None:
+    """`export --file-chunk`: files go through the larger-chunk graph, with the same output; --chunk and
+    the live path keep the streaming graph."""
+    import argparse
+
+    from edgessm.deploy.package import package
+    from edgessm.runtime.denoise import add_arguments, load_model
+    from edgessm.runtime.registry import resolve_graph
+
+    net, _ = graph
+    folder = tmp_path / "dn"
+    report, _ = package(net, {"network": "denoise", "config": TINY}, folder, "dn", CHUNK, file_chunk=4 * CHUNK)
+    assert report.file_graph is not None and report.file_graph.max_abs_error < 1e-4
+    assert resolve_graph(folder, files=True).name == "dn.c1024.onnx"
+    assert resolve_graph(folder).name == "dn.onnx"
+
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    assert load_model(ap.parse_args(["--model", str(folder)]), files=True).info.chunk == 4 * CHUNK
+    assert load_model(ap.parse_args(["--model", str(folder), "--chunk", str(CHUNK)]), files=True).info.chunk == CHUNK
+    assert load_model(ap.parse_args(["--model", str(folder)])).info.chunk == CHUNK  # live
+
+    x = noise(1.3, 16000)
+    sf.write(tmp_path / "in.wav", x, 16000, subtype="FLOAT")
+    assert denoise(tmp_path / "in.wav", tmp_path / "out.wav", "--model", folder) == 0
+    out, _ = sf.read(tmp_path / "out.wav", dtype="float32")
+    assert out.shape == x.shape and np.abs(out - forward(net, x)).max() < 1e-4
+    with pytest.raises(ValueError, match="multiple of the chunk"):
+        package(net, {"network": "denoise", "config": TINY}, tmp_path / "bad", "dn", CHUNK, file_chunk=CHUNK + 64)

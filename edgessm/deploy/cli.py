@@ -18,6 +18,13 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--chunk", type=int, help="samples per graph call (a multiple of the total stride; default: the stride)"
     )
+    ap.add_argument(
+        "--file-chunk",
+        type=int,
+        metavar="N",
+        help="also write NAME.cN.onnx, the graph `edgessm denoise`/`transcribe` use for files: N-sample chunks "
+        "(a multiple of --chunk), fewer calls, the same output",
+    )
     ap.add_argument("--tolerance", type=float, default=1e-4, help="max abs error allowed against PyTorch")
     ap.add_argument(
         "--checkpoint", choices=["best", "last"], help="export a run's checkpoint instead of its final weights"
@@ -77,12 +84,15 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"edgessm export: --budget: {e}") from None
     try:
         report, q = package(net, desc, args.out, name, chunk, args.int8, verification_audio(), args.tolerance, meta,
-                            budgets=budgets)  # fmt: skip
+                            budgets=budgets, file_chunk=args.file_chunk)  # fmt: skip
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
     at = f", budget K̄ = {k_max}" if k_max is not None else ""
     print(f"wrote {report.path} (chunk {chunk} samples = {1000 * chunk / 16000:.1f} ms, stride {stride}{at})")
     print(f"verified against PyTorch: max abs error {report.max_abs_error:.2e}")
+    if report.file_graph is not None:
+        r = report.file_graph
+        print(f"wrote {r.path} (for files: chunk {args.file_chunk} samples); max abs error {r.max_abs_error:.2e}")
     for k, r in sorted(report.budgets.items()):
         mflops = int(r.metadata["flops_per_second"]) / 1e6
         print(f"wrote {r.path} (budget {k}: {int(r.metadata['params']):,} params, {mflops:.1f} MFLOP/s); "

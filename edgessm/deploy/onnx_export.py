@@ -81,6 +81,7 @@ class ExportReport:
     unfriendly_ops: list[str]
     metadata: dict[str, str] = field(default_factory=dict)
     budgets: dict[int, ExportReport] = field(default_factory=dict)  # the other budget graphs of a model folder
+    file_graph: ExportReport | None = None  # the model folder's graph for files (larger chunks), if any
     openvino_max_abs: float | None = None  # OpenVINO (CPU) vs ONNX Runtime on real speech, when OpenVINO is installed
 
 

@@ -7,8 +7,12 @@
       <name>.int8.onnx    int8 QDQ graph with the state path in float32 (``int8=True``)
       <name>.k<K>.onnx    elastic (ES-SSM) models: the graph at compute budget K (``<name>.onnx`` is at K̄),
                           with ``<name>.k<K>.int8.onnx`` beside it when ``int8=True``
+      <name>.c<N>.onnx    optional file graph: the same network for N-sample chunks (``file_chunk``), which
+                          commands processing files use (fewer, larger calls: the per-call cost of a
+                          graph's hundreds of nodes is paid less often); its int8 twin beside it
       manifest.json       sha256 of each file above; the runtime refuses a graph that does not match;
-                          ``budgets`` maps each budget to its graph, ``k_max`` is K̄
+                          ``budgets`` maps each budget to its graph, ``k_max`` is K̄; ``file_graph`` and
+                          ``file_chunk`` name the file graph
 
 Calibration audio for int8 is real speech that no evaluation uses (Speech Commands training clips
 and read sentences) mixed with noise; the int8 graph's quality change is measured on held-out data.
@@ -156,7 +160,8 @@ def write_manifest(folder: Path, files: list[str], extra: dict[str, Any]) -> Pat
 def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: str, chunk: int,
             int8: bool = False, verify_audio: list[np.ndarray] | None = None, tolerance: float = 1e-4,
             metadata: dict[str, Any] | None = None, calibration: list[np.ndarray] | None = None,
-            budgets: list[int] | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
+            budgets: list[int] | None = None,
+            file_chunk: int | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
     """Write the model folder ``out`` (see the module docstring); returns the fp32 export report and
     the int8 report (nodes kept float, quality change) or ``{}``. ``metadata`` adds graph metadata
     (e.g. a keyword spotter's default ``threshold``); ``calibration`` replaces :func:`calibration_audio`.
@@ -165,7 +170,10 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     Elastic (ES-SSM) networks: ``name.onnx`` runs at the full budget ``K̄`` and every other budget of
     ``budgets`` gets its own graph ``name.kK.onnx``, each verified against PyTorch at its budget
     (``report.budgets`` holds their reports); graph metadata ``budget`` and ``k_max``. Refused (``ValueError``)
-    for a network without ES-SSM layers."""
+    for a network without ES-SSM layers.
+
+    ``file_chunk``: also write ``name.c<file_chunk>.onnx``, the graph for files (at ``K̄``), verified
+    against PyTorch like the others (``report.file_graph`` holds its report)."""
     from safetensors.torch import save_file
 
     k_max = getattr(net, "k_max", None)
@@ -180,6 +188,9 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     graph = folder / f"{name}.onnx"
     graphs = {graph: k_max}  # graph -> budget (None: not elastic)
     graphs.update({folder / f"{name}.k{k}.onnx": k for k in sorted(set(budgets or [])) if k != k_max})
+    if file_chunk is not None and (file_chunk <= chunk or file_chunk % chunk):
+        raise ValueError(f"the file chunk ({file_chunk}) must be a multiple of the chunk ({chunk}) and larger")
+    file_graph = folder / f"{name}.c{file_chunk}.onnx" if file_chunk else None
     reports: dict[Path, ExportReport] = {}
     try:
         for path, k in graphs.items():
@@ -193,6 +204,10 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             net.set_budget(k_max)
     report = reports[graph]
     report.budgets = {graphs[p]: r for p, r in reports.items() if p != graph}
+    if file_graph is not None:
+        extra = {"budget": str(k_max), "k_max": str(k_max)} if k_max is not None else {}
+        report.file_graph = export_onnx(net, file_graph, file_chunk, {**meta, **extra}, verify_audio, tolerance)
+        graphs[file_graph] = k_max
     files = [p.name for p in graphs] + ["model.json", "model.safetensors"]
     tensors = {k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}
     with atomic_path(folder / "model.safetensors") as tmp:
@@ -225,6 +240,9 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     digest = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
     extra = {"weights_sha256": report.metadata["weights_sha256"], "description_sha256": digest, "chunk": chunk}
     if k_max is not None:
-        extra.update(k_max=k_max, budgets={str(k): p.name for p, k in sorted(graphs.items(), key=lambda i: i[1])})
+        by_budget = sorted(((k, p) for p, k in graphs.items() if p != file_graph), key=lambda i: i[0])
+        extra.update(k_max=k_max, budgets={str(k): p.name for k, p in by_budget})
+    if file_graph is not None:
+        extra.update(file_graph=file_graph.name, file_chunk=file_chunk)
     write_manifest(folder, files, extra)
     return report, q

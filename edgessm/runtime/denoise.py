@@ -304,8 +304,9 @@ def _sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def load_model(args: argparse.Namespace):
-    """The denoising graph named by ``--model``/``--int8``, checked against ``--chunk``/``--budget``."""
+def load_model(args: argparse.Namespace, files: bool = False):
+    """The denoising graph named by ``--model``/``--int8``, checked against ``--chunk``/``--budget``;
+    ``files``: the model's graph for files when it has one (and ``--chunk`` does not ask for another)."""
     from .registry import check_budget, resolve_graph
     from .session import StepModel
 
@@ -314,7 +315,14 @@ def load_model(args: argparse.Namespace):
     if args.threads < 1:
         raise DenoiseError(f"--threads must be at least 1, got {args.threads}")
     try:
-        model = StepModel(resolve_graph(args.model, int8=args.int8, budget=args.budget), threads=args.threads)
+        graph = resolve_graph(args.model, int8=args.int8, budget=args.budget)
+        model = None
+        if files and args.budget is None:  # the model's graph for files, unless --chunk asks for another
+            big = resolve_graph(args.model, int8=args.int8, files=True)
+            if big != graph:
+                model = StepModel(big, threads=args.threads)
+                model = model if args.chunk in (None, model.info.chunk) else None
+        model = model or StepModel(graph, threads=args.threads)
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: onnxruntime cannot parse the file
         raise DenoiseError(str(e)) from None
     info, name = model.info, model.path.name
@@ -395,7 +403,7 @@ def _denoise_file(args: argparse.Namespace) -> int:
     writer = bar = None
     try:
         fmt, subtype, note = output_format(args.output, source, args.subtype)
-        model = load_model(args)
+        model = load_model(args, files=True)
         channels = 1 if args.mono else source.channels
         denoiser = Denoiser(model, source.rate, channels, args.atten_lim)
         writer = Writer(args.output, source.rate, channels, fmt, subtype)

@@ -132,8 +132,13 @@ def _budget_graph(folder: Path, budget: int | str, int8: bool, name: str) -> Pat
     return folder / (_int8_name(budgets[k]) if int8 else budgets[k])
 
 
-def resolve_graph(name_or_path: str | os.PathLike, int8: bool = False, budget: int | str | None = None) -> Path:
+def resolve_graph(
+    name_or_path: str | os.PathLike, int8: bool = False, budget: int | str | None = None, files: bool = False
+) -> Path:
     """The ``.onnx`` graph for a shipped model name, a model folder or a graph path.
+
+    ``files``: the folder's graph for files (larger chunks, manifest ``file_graph``) when it has one and
+    no budget is asked for; a graph path is taken as it is.
 
     ``budget``: the graph exported at that compute budget (elastic ES-SSM models; see the module
     docstring). A graph path given with a budget is swapped for its folder's graph at that budget when
@@ -152,8 +157,11 @@ def resolve_graph(name_or_path: str | os.PathLike, int8: bool = False, budget: i
         verify_file(p)
         return p
     folder = model_folder(name_or_path)
+    file_graph = _manifest(folder).get("file_graph") if files else None
     if budget is not None:
         graph = _budget_graph(folder, budget, int8, str(name_or_path))
+    elif file_graph:
+        graph = folder / (_int8_name(file_graph) if int8 else file_graph)
     else:
         graph = folder / (f"{folder.name}.int8.onnx" if int8 else f"{folder.name}.onnx")
     if not graph.is_file():

@@ -102,7 +102,8 @@ def load_recognizer(args: argparse.Namespace):
         raise _fail("--pause and --max-segment must be positive (seconds)")
     vocabulary = read_words(args.words) if args.words else None
     try:
-        model = StepModel(resolve_graph(args.model, int8=args.int8), threads=args.threads)
+        # files go through the model's graph for files (larger chunks, same transcript) when it has one
+        model = StepModel(resolve_graph(args.model, int8=args.int8, files=not args.live), threads=args.threads)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
         Transcriber(model, endpoint, vocabulary)  # refuse a non-recognizer or a bad vocabulary before any input
     except (NotARecognizer, FileNotFoundError, ValueError) as e:
