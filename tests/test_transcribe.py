@@ -21,14 +21,17 @@ from edgessm.runtime.transcriber import Transcriber, transcribe_audio
 FRAME = 320
 
 
-def spelling_graph(path, task: str = "asr") -> str:
+def spelling_graph(path, task: str = "asr", frames: int = 1) -> str:
+    """A graph that 'spells' its input: each frame's mean level picks a character; ``frames`` per call."""
     import onnx
     from onnx import TensorProto, helper
 
     v = len(CHARS)
     k = np.arange(v, dtype=np.float32).reshape(1, v, 1)
     nodes = [
-        helper.make_node("ReduceMean", ["audio"], ["m"], axes=[2], keepdims=1),  # (1, 1, 1)
+        helper.make_node("Reshape", ["audio", "per_frame"], ["framed"]),  # (1, F, FRAME)
+        helper.make_node("ReduceMean", ["framed"], ["mf"], axes=[2], keepdims=1),  # (1, F, 1)
+        helper.make_node("Transpose", ["mf"], ["m"], perm=[0, 2, 1]),  # (1, 1, F)
         helper.make_node("Mul", ["m", "scale"], ["target"]),
         helper.make_node("Sub", ["target", "k"], ["d"]),  # (1, V, 1)
         helper.make_node("Mul", ["d", "d"], ["d2"]),
@@ -39,19 +42,20 @@ def spelling_graph(path, task: str = "asr") -> str:
         helper.make_tensor("scale", TensorProto.FLOAT, [1], [float(v - 1)]),
         helper.make_tensor("k", TensorProto.FLOAT, list(k.shape), k.reshape(-1).tolist()),
         helper.make_tensor("one", TensorProto.FLOAT, [1, 1], [1.0]),
+        helper.make_tensor("per_frame", TensorProto.INT64, [3], [1, frames, FRAME]),
     ]
     graph = helper.make_graph(
         nodes,
         "spell",
-        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, FRAME]),
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, FRAME * frames]),
          helper.make_tensor_value_info("count", TensorProto.FLOAT, [1, 1])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, v, 1]),
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, v, frames]),
          helper.make_tensor_value_info("count_out", TensorProto.FLOAT, [1, 1])],
         inits,
     )  # fmt: skip
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    meta = {"task": task, "chunk": str(FRAME), "stride": str(FRAME), "states": json.dumps([["count", [1]]]),
+    meta = {"task": task, "chunk": str(FRAME * frames), "stride": str(FRAME), "states": json.dumps([["count", [1]]]),
             "labels": json.dumps(list(CHARS)), "sample_rate": "16000"}  # fmt: skip
     for key, value in meta.items():
         model.metadata_props.add(key=key, value=value)
@@ -171,3 +175,30 @@ def test_cli_errors_say_what_to_do(graph, tmp_path) -> None:
     assert r.returncode != 0 and b"--words: cannot read" in r.stderr
     r = _cli(str(good), "--model", str(tmp_path / "missing.onnx"))
     assert r.returncode != 0 and b"not found" in r.stderr
+
+
+def test_files_go_through_the_model_folders_file_graph(tmp_path) -> None:
+    """A model folder with a graph for files (``export --file-chunk``): files use it, with the same
+    transcript; live captioning keeps the streaming graph."""
+    import argparse
+
+    from edgessm.runtime.registry import sha256
+    from edgessm.runtime.transcribe import add_arguments, load_recognizer
+
+    folder = tmp_path / "speller"
+    folder.mkdir()
+    spelling_graph(folder / "speller.onnx")
+    spelling_graph(folder / "speller.c3200.onnx", frames=10)
+    files = {p.name: sha256(p) for p in folder.glob("*.onnx")}
+    manifest = {"name": "speller", "files": files, "file_graph": "speller.c3200.onnx", "file_chunk": 3200}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    assert load_recognizer(ap.parse_args(["x.wav", "--model", str(folder)]))().model.info.chunk == 3200
+    assert load_recognizer(ap.parse_args(["--input", "mic", "--model", str(folder)]))().model.info.chunk == FRAME
+
+    audio = tmp_path / "a.wav"
+    write_audio(audio, np.concatenate([spoken("one two"), pause(1.0), spoken("three")]), 16000, subtype="FLOAT")
+    r = _cli(str(audio), "--model", str(folder))
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode().splitlines() == ["one two", "three"]
