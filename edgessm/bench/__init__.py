@@ -5,6 +5,7 @@
     fftconv   forward+backward of a bottleneck SSM block: chosen contraction order vs naive vs scan
     models    exported graphs: params, FLOPs/s, real-time factor, chunk latency, peak memory (no torch)
     distill   SpectraLDS distillation of the ES-SSM Hankel filters: states per budget, coefficient sizes, errors
+    trainstep training-step time of a recipe and its variants (params, MFLOP/s, seconds per step, ratios)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ BENCHMARKS = {
     "fftconv": "edgessm.bench.fftconv",
     "models": "edgessm.bench.models",
     "distill": "edgessm.bench.distill",
+    "trainstep": "edgessm.bench.trainstep",
 }
 
 

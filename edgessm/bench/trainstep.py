@@ -1,0 +1,109 @@
+"""Training-step time of a recipe and its variants, measured side by side in one run.
+
+    python -m edgessm.bench trainstep denoise
+    python -m edgessm.bench trainstep denoise --vs "model.channels=[16,32,64,96,128,256]"
+    python -m edgessm.bench trainstep asr --vs "model.full_init=s4d" --batch 8 --seconds 4
+
+Each row builds the recipe's network (with the row's ``--set``-style overrides), feeds random audio of
+the recipe's batch and segment length and times forward + backward + AdamW step. Rows are timed in
+turns (one step of each, ``--repeats`` times) so that a busy machine slows all of them alike; the
+table gives the median and the ratio to the first row, with parameters and the streaming MFLOP/s of
+each network. Data loading and the task's own loss are left out: the loss is the mean square of the
+output, so the numbers are the network's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from edgessm.train.config import load_config
+from edgessm.train.tasks import build_task
+
+# the input length of a training example, per task: its config field, or a default in samples
+LENGTH_FIELD = {"denoise": ("segment_samples", 32768), "kws": ("clip_samples", 16000), "asr": (None, 64000)}
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m edgessm.bench trainstep", description=__doc__.split("\n\n")[0])
+    ap.add_argument("recipe", help="a shipped recipe (kws, kws_es, denoise, asr) or a TOML config")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every row")
+    ap.add_argument("--vs", action="append", default=[], metavar="KEY=VALUE[;KEY=VALUE]",
+                    help="another row: the recipe with these overrides (repeatable)")  # fmt: skip
+    ap.add_argument("--batch", type=int, help="examples per step (default: the recipe's)")
+    ap.add_argument("--seconds", type=float, help="audio per example (default: the recipe's segment length)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed steps per row (after one warm-up step)")
+    ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    return ap
+
+
+def _row(recipe: str, overrides: list[str], label: str, batch: int | None, seconds: float | None) -> dict[str, Any]:
+    try:
+        cfg = load_config(recipe, overrides)
+        task = build_task(cfg)
+        net = task.build_model()
+    except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
+        raise SystemExit(f"trainstep: {label}: {e}") from None
+    field, default = LENGTH_FIELD.get(cfg.task, (None, 32000))
+    samples = round(seconds * 16000) if seconds else int(cfg.data.get(field, default) if field else default)
+    stride = int(getattr(net, "stride", 0) or getattr(net, "chunk_multiple", 1))
+    samples = max(stride, samples - samples % stride)
+    counts = net.counts()
+    return {
+        "label": label,
+        "net": net,
+        "opt": torch.optim.AdamW(net.parameters(), lr=1e-4),
+        "x": 0.05 * torch.randn(batch or cfg.train.batch_size, 1, samples, generator=torch.Generator().manual_seed(0)),
+        "params": int(counts.params),
+        "mflops": counts.flops * 16000 / 1e6,
+        "times": [],
+    }
+
+
+def _step(row: dict[str, Any]) -> float:
+    t0 = time.perf_counter()
+    y = row["net"](row["x"])
+    loss = y.float().pow(2).mean()
+    row["opt"].zero_grad(set_to_none=True)
+    loss.backward()
+    row["opt"].step()
+    return time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.repeats < 1:
+        raise SystemExit("trainstep: --repeats must be at least 1")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = [("recipe", list(args.set))]
+    specs += [(vs, [*args.set, *(o.strip() for o in vs.split(";") if o.strip())]) for vs in args.vs]
+    rows = [_row(args.recipe, overrides, label, args.batch, args.seconds) for label, overrides in specs]
+    for row in rows:  # warm-up: allocations, plan caches
+        row["net"].train()
+        _step(row)
+    for _ in range(args.repeats):
+        for row in rows:
+            row["times"].append(_step(row))
+    base = statistics.median(rows[0]["times"])
+    x = rows[0]["x"]
+    print(f"# {args.recipe}: batch {x.shape[0]} x {x.shape[-1] / 16000:.2f} s, {torch.get_num_threads()} thread(s), "
+          f"median of {args.repeats} steps per row, timed in turns")  # fmt: skip
+    width = max(12, *(len(r["label"]) for r in rows))
+    print(f"{'row':<{width}} {'params':>10} {'MFLOP/s':>9} {'step s':>8} {'ratio':>6}")
+    out = []
+    for row in rows:
+        med = statistics.median(row["times"])
+        print(f"{row['label']:<{width}} {row['params']:>10,} {row['mflops']:>9.1f} {med:>8.3f} {med / base:>6.2f}")
+        out.append({k: row[k] for k in ("label", "params", "mflops", "times")} | {"median_s": med, "ratio": med / base})
+    if args.json:
+        from edgessm.atomic import write_text
+
+        write_text(args.json, json.dumps({"recipe": args.recipe, "shape": list(x.shape), "rows": out}, indent=1))
+    return 0

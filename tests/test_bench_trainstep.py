@@ -1,0 +1,47 @@
+"""``python -m edgessm.bench trainstep``: a recipe and its variants timed side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgessm.bench import run
+
+TINY = """task = "denoise"
+[model]
+channels = [4, 8]
+states = [4, 4]
+kinds = ["full", "pointwise"]
+pools = [4, 4]
+bottleneck_states = 8
+n_bottleneck = 1
+[data]
+segment_samples = 4096
+[train]
+batch_size = 2
+"""
+
+
+def test_rows_share_one_input_and_report_params_and_ratios(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "ts.json"
+    both = "model.full_init=auditory;model.states=[8,8]"
+    args = [str(cfg), "--vs", "model.channels=[8,16]", "--vs", both, "--repeats", "2", "--json", str(out)]
+    assert run("trainstep", args) == 0
+    text = capsys.readouterr().out
+    assert "batch 2 x 0.26 s" in text and "model.channels=[8,16]" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["label"] for r in rows] == ["recipe", "model.channels=[8,16]", both]
+    assert rows[0]["ratio"] == 1.0 and all(len(r["times"]) == 2 and r["median_s"] > 0 for r in rows)
+    assert rows[1]["params"] > rows[0]["params"]  # the wider variant was really built
+    assert json.loads(out.read_text())["shape"] == [2, 1, 4096]
+
+
+def test_a_misspelt_override_names_the_row_and_the_known_keys(tmp_path: Path) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    with pytest.raises(SystemExit, match=r"model.chanels=\[8,16\]: unknown denoise config keys \['chanels'\]"):
+        run("trainstep", [str(cfg), "--vs", "model.chanels=[8,16]", "--repeats", "1"])
