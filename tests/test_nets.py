@@ -118,3 +118,21 @@ def test_auditory_init_follows_the_denoiser_levels() -> None:
             assert abs(float(wi.detach().min()) - 2 * math.pi * 50 / rate) < 1e-4
     with pytest.raises(ValueError, match="auditory"):
         build_network("denoise", **{**cfg, "full_init": "gammatone"})
+
+
+@pytest.mark.parametrize("name", ["kws", "asr", "denoise"])
+def test_front_norm_off_drops_only_the_waveform_rate_norms_and_streams(name: str) -> None:
+    extra = {"pools": [4, 4, 20]} if name == "asr" else {}
+    extra |= {"bottleneck_states": 8, "n_bottleneck": 1} if name == "denoise" else {}
+    cfg = {**SMALL, **extra}
+    torch.manual_seed(0)
+    on, off = (randomize(build_network(name, **cfg, front_norm=f), seed=4).eval() for f in (True, False))
+    normed = lambda net: sum(m.norm is not None for m in net.modules() if type(m).__name__ == "ChannelNorm")  # noqa: E731
+    widths = {"kws": 1, "asr": 1, "denoise": 0}[name]  # blocks at 16 kHz with more than one channel
+    assert normed(on) - normed(off) == widths
+    stride = off.stride if name != "denoise" else 64
+    x = torch.randn(1, 1, stride * 12)
+    with torch.no_grad():
+        y, _ = run_chunked(off, x, [stride * s for s in random_chunks(12, seed=9, high=4)])
+        ref = off.frame_logits(x) if name == "kws" else off(x)
+        assert rel_err(y, ref) < 1e-4

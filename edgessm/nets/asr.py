@@ -69,6 +69,7 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
     def block(kind: str, h_in: int, h_out: int, states: int, first: bool) -> None:
         layers.append(
             CentaurusBlock(kind, h_in, h_out, states, cfg.n_sub, skip=not first, dropout=cfg.dropout,
+                           norm=cfg.front_norm or rate < 16000.0,
                            pre_conv=cfg.pre_conv if h_in > 1 else 0, **block_kwargs(kind, essm, cfg.full_init, rate))
         )  # fmt: skip
         module = make_module(cfg.module, h_out, kernel_size=cfg.module_kernel, mult=cfg.ffn_mult, dropout=cfg.dropout)

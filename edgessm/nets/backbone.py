@@ -40,9 +40,11 @@ class ElasticOptions:
 class BlockOptions(ElasticOptions):
     """Config fields of a network's SSM blocks: the ES-SSM options, and ``full_init``, the initial modes of
     its full blocks: ``"s4d"`` (S4D-Lin, the paper's) or ``"auditory"`` (an ERB-spaced filterbank at the
-    block's sample rate, :func:`~edgessm.ssm.discretize.auditory_modes`)."""
+    block's sample rate, :func:`~edgessm.ssm.discretize.auditory_modes`); ``front_norm``, whether blocks
+    at the waveform's rate normalise their output over channels at every sample."""
 
     full_init: str = "s4d"
+    front_norm: bool = True  # False: blocks at the waveform's own rate skip the per-sample LayerNorm over channels
 
 
 def block_kwargs(
@@ -60,20 +62,22 @@ def block_kwargs(
 def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Sequence[str], pools: Sequence[int],
                        n_sub: int = 4, dropout: float = 0.0, pre_conv: int = 0,
                        essm: dict[str, Any] | None = None, full_init: str = "s4d",
-                       rate: float = 16000.0) -> StreamSequential:  # fmt: skip
+                       rate: float = 16000.0, front_norm: bool = True) -> StreamSequential:  # fmt: skip
     """``(B, 1, T) -> (B, channels[-1], T / prod(pools))``; a pool of 1 adds no layer.
 
     ``essm``: options of the ES-SSM blocks (``length``, ``mode``, ``gate``, ``budget_dropout``);
-    ``full_init``: the full blocks' initial modes (:class:`BlockOptions`); ``rate``: the input's rate in Hz.
+    ``full_init``, ``front_norm``: see :class:`BlockOptions`; ``rate``: the input's rate in Hz.
     """
     n = len(channels)
     if not (len(states) == len(kinds) == len(pools) == n):
         raise ValueError("channels, states, kinds and pools must have one entry per block")
     layers = []
     c_in = 1
+    top = rate
     for i in range(n):
         layers.append(
             CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0, dropout=dropout,
+                           norm=front_norm or rate < top,
                            pre_conv=pre_conv if c_in > 1 else 0, **block_kwargs(kinds[i], essm, full_init, rate))
         )  # fmt: skip
         if pools[i] > 1:

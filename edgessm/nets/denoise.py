@@ -65,7 +65,8 @@ class Hourglass(ElasticBudget, Streamable):
         def blk(kind: str, c: int, states: int, level: int, **kw) -> CentaurusBlock:
             pre = cfg.pre_conv if c > 1 else 0
             opts = block_kwargs(kind, essm, cfg.full_init, rates[level])
-            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=pre, **kw, **opts)
+            norm = cfg.front_norm or level > 0
+            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=pre, norm=norm, **kw, **opts)
 
         self.enc = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i], i) for i in range(n))
         self.down = nn.ModuleList(DownConv(widths[i], widths[i + 1], cfg.pools[i]) for i in range(n))

@@ -67,6 +67,7 @@ class CentaurusBlock(Streamable):
         pre_conv: kernel size of the causal depthwise Conv1d before the SSM (0: none).
         dropout: Dropout1d probability (applied only with more than 4 channels, as in the paper).
         activation: apply the final SiLU.
+        norm: the LayerNorm over channels at every time step (``False``: none).
         **ssm_kwargs: passed to the SSM block (``dt_min``, ``dt_max``, ``plan``, ...; for ``essm``: ``length``,
             ``mode``, ``gate``, ``budget_dropout``, ...).
     """
@@ -83,13 +84,14 @@ class CentaurusBlock(Streamable):
         pre_conv: int = 0,
         dropout: float = 0.0,
         activation: bool = True,
+        norm: bool = True,
         **ssm_kwargs,
     ) -> None:
         super().__init__()
         self.h_in, self.h_out = h_in, h_out
         self.pre = CausalDepthwiseConv(h_in, pre_conv) if pre_conv else None
         self.ssm: SSMLayer | ElasticSpectralSSM = make_ssm(kind, h_in, h_out, n_states, n_sub, **ssm_kwargs)
-        self.norm = ChannelNorm(h_out)
+        self.norm = ChannelNorm(h_out if norm else 1)  # one channel: the identity
         self.drop = nn.Dropout1d(dropout) if dropout > 0 and h_out > 4 else nn.Identity()
         self.skip = skip
         self.proj = nn.Conv1d(h_in, h_out, 1, bias=False) if skip and h_in != h_out else None
