@@ -98,12 +98,7 @@ def test_auditory_full_init_tunes_each_full_block_to_its_rate_and_streams(name: 
         _, wi = layer.modes.dtA()  # of SMALL is at the waveform's rate, the denoiser's output blocks too)
         assert abs(float(wi.detach().min()) - 2 * math.pi * 50 / 16000) < 1e-4
         assert float(wi.detach().max()) > 2.5  # and the highest near 0.9 x Nyquist
-    stride = net.stride if name != "denoise" else 64
-    x = torch.randn(1, 1, stride * 12)
-    with torch.no_grad():
-        y, _ = run_chunked(net, x, [stride * s for s in random_chunks(12, seed=9, high=4)])
-        ref = net.frame_logits(x) if name == "kws" else net(x)
-        assert rel_err(y, ref) < 1e-4
+    _assert_streams_like_forward(name, net)
 
 
 def test_auditory_init_follows_the_denoiser_levels() -> None:
@@ -130,9 +125,14 @@ def test_front_norm_off_drops_only_the_waveform_rate_norms_and_streams(name: str
     normed = lambda net: sum(m.norm is not None for m in net.modules() if type(m).__name__ == "ChannelNorm")  # noqa: E731
     widths = {"kws": 1, "asr": 1, "denoise": 0}[name]  # blocks at 16 kHz with more than one channel
     assert normed(on) - normed(off) == widths
-    stride = off.stride if name != "denoise" else 64
+    _assert_streams_like_forward(name, off)
+
+
+def _assert_streams_like_forward(name: str, net) -> None:
+    """Random chunks of a network's whole-stride multiples give its parallel output (kws: frame logits)."""
+    stride = net.stride if name != "denoise" else 64
     x = torch.randn(1, 1, stride * 12)
     with torch.no_grad():
-        y, _ = run_chunked(off, x, [stride * s for s in random_chunks(12, seed=9, high=4)])
-        ref = off.frame_logits(x) if name == "kws" else off(x)
+        y, _ = run_chunked(net, x, [stride * s for s in random_chunks(12, seed=9, high=4)])
+        ref = net.frame_logits(x) if name == "kws" else net(x)
         assert rel_err(y, ref) < 1e-4
