@@ -108,10 +108,9 @@ def speech_bounds(x: np.ndarray, floor_db: float = -35.0, margin: int = 0, abs_f
     """``(start, end)`` sample indices of the speech in ``x``: the first to the last ``frame``-sample frame
     whose RMS is within ``floor_db`` of the loudest frame's (and at least ``abs_floor``), widened by
     ``margin`` samples; the whole of ``x`` when no frame qualifies."""
-    n = len(x) // frame
-    if n == 0:
+    e = frame_energy_db(x, frame)
+    if len(e) == 0:
         return 0, len(x)
-    e = 10 * np.log10(np.mean(x[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
     on = np.flatnonzero((e >= e.max() + floor_db) & (e >= 20 * np.log10(abs_floor + 1e-12)))
     if not len(on):
         return 0, len(x)
@@ -124,12 +123,15 @@ def speech_span(x: np.ndarray, floor_db: float = -35.0, margin: int = 0, abs_flo
     return x[start:end]
 
 
+def frame_energy_db(x: np.ndarray, frame: int = 160) -> np.ndarray:
+    """Mean power in dB of each whole ``frame``-sample frame of ``x``: ``(len(x) // frame,)``."""
+    n = len(x) // frame
+    return 10 * np.log10(np.mean(np.asarray(x[: n * frame], np.float64).reshape(n, frame) ** 2, axis=1) + 1e-12)
+
+
 def dynamic_range_db(x: np.ndarray, frame: int = 160) -> float:
     """Spread of a recording's frame energies in dB, 95th minus 10th percentile of ``frame``-sample RMS
     frames: a short clip of clean speech in silence scores 40-60 dB, one in room or street noise
     under 25 (its noise floor sits close to its speech). 0 for clips shorter than a frame."""
-    n = len(x) // frame
-    if n == 0:
-        return 0.0
-    e = 10 * np.log10(np.mean(np.asarray(x[: n * frame], np.float64).reshape(n, frame) ** 2, axis=1) + 1e-12)
-    return float(np.percentile(e, 95) - np.percentile(e, 10))
+    e = frame_energy_db(x, frame)
+    return float(np.percentile(e, 95) - np.percentile(e, 10)) if len(e) else 0.0

@@ -24,7 +24,7 @@ from edgessm.ssm import AvgPool, CentaurusBlock, Counts, DownConv, StreamSequent
 from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import State
 
-from .backbone import BlockOptions, block_kwargs
+from .backbone import WAVEFORM_RATE, BlockOptions
 from .modules import MODULE_KINDS, make_module
 
 
@@ -60,17 +60,15 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
         raise ValueError(f"module must be one of {', '.join(MODULE_KINDS)}, got {cfg.module!r}")
     if any(r < 1 for r in repeats):
         raise ValueError(f"every stage needs at least one block, got repeats {repeats}")
-    essm = cfg.essm_kwargs()
     layers: list = []
     c_in = 1
 
-    rate = 16000.0  # Hz at the current block (the waveform's rate, divided by each downsampling)
+    rate = WAVEFORM_RATE  # Hz at the current block
 
     def block(kind: str, h_in: int, h_out: int, states: int, first: bool) -> None:
         layers.append(
             CentaurusBlock(kind, h_in, h_out, states, cfg.n_sub, skip=not first, dropout=cfg.dropout,
-                           norm=cfg.front_norm or rate < 16000.0,
-                           pre_conv=cfg.pre_conv if h_in > 1 else 0, **block_kwargs(kind, essm, cfg.full_init, rate))
+                           pre_conv=cfg.pre_conv if h_in > 1 else 0, **cfg.block_kwargs(kind, rate))
         )  # fmt: skip
         module = make_module(cfg.module, h_out, kernel_size=cfg.module_kernel, mult=cfg.ffn_mult, dropout=cfg.dropout)
         if module is not None and h_out > 1:

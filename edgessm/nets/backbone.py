@@ -14,6 +14,8 @@ from typing import Any
 
 from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
 
+WAVEFORM_RATE = 16000.0  # Hz of every network's input; a block's rate is this divided by the resampling before it
+
 
 @dataclass
 class ElasticOptions:
@@ -46,39 +48,35 @@ class BlockOptions(ElasticOptions):
     full_init: str = "s4d"
     front_norm: bool = True  # False: blocks at the waveform's own rate skip the per-sample LayerNorm over channels
 
-
-def block_kwargs(
-    kind: str, essm: dict[str, Any] | None, full_init: str = "s4d", rate: float = 16000.0
-) -> dict[str, Any]:
-    """The SSM options of a block of ``kind`` working at ``rate`` Hz: the ES-SSM options for ``essm``,
-    the initialisation for ``full`` blocks, none otherwise."""
-    if kind == "essm":
-        return dict(essm or {})
-    if kind == "full" and full_init != "s4d":
-        return {"init": full_init, "rate": float(rate)}
-    return {}
+    def block_kwargs(self, kind: str, rate: float = WAVEFORM_RATE) -> dict[str, Any]:
+        """Keyword arguments of a :class:`~edgessm.ssm.CentaurusBlock` of ``kind`` working at ``rate`` Hz:
+        its ``norm``, the ES-SSM options of an ``essm`` block, the initialisation of a ``full`` one."""
+        kw: dict[str, Any] = {"norm": self.front_norm or rate < WAVEFORM_RATE}
+        if kind == "essm":
+            kw.update(self.essm_kwargs())
+        elif kind == "full" and self.full_init != "s4d":
+            kw.update(init=self.full_init, rate=float(rate))
+        return kw
 
 
 def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Sequence[str], pools: Sequence[int],
                        n_sub: int = 4, dropout: float = 0.0, pre_conv: int = 0,
-                       essm: dict[str, Any] | None = None, full_init: str = "s4d",
-                       rate: float = 16000.0, front_norm: bool = True) -> StreamSequential:  # fmt: skip
+                       options: BlockOptions | None = None) -> StreamSequential:  # fmt: skip
     """``(B, 1, T) -> (B, channels[-1], T / prod(pools))``; a pool of 1 adds no layer.
 
-    ``essm``: options of the ES-SSM blocks (``length``, ``mode``, ``gate``, ``budget_dropout``);
-    ``full_init``, ``front_norm``: see :class:`BlockOptions`; ``rate``: the input's rate in Hz.
+    ``options``: the blocks' ES-SSM options, initialisation and front norm (:class:`BlockOptions`).
     """
     n = len(channels)
     if not (len(states) == len(kinds) == len(pools) == n):
         raise ValueError("channels, states, kinds and pools must have one entry per block")
+    options = options or BlockOptions()
     layers = []
     c_in = 1
-    top = rate
+    rate = WAVEFORM_RATE
     for i in range(n):
         layers.append(
             CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0, dropout=dropout,
-                           norm=front_norm or rate < top,
-                           pre_conv=pre_conv if c_in > 1 else 0, **block_kwargs(kinds[i], essm, full_init, rate))
+                           pre_conv=pre_conv if c_in > 1 else 0, **options.block_kwargs(kinds[i], rate))
         )  # fmt: skip
         if pools[i] > 1:
             layers.append(AvgPool(pools[i]))

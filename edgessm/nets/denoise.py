@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from edgessm.ssm import CentaurusBlock, Counts, DownConv, ElasticBudget, Streamable, UpConv
 
-from .backbone import BlockOptions, block_kwargs
+from .backbone import WAVEFORM_RATE, BlockOptions
 
 
 @dataclass
@@ -55,18 +55,16 @@ class Hourglass(ElasticBudget, Streamable):
         self.cfg = cfg
         widths = [cfg.in_channels, *cfg.channels]
 
-        # level i works at width widths[i] and resamples to widths[i + 1]
-        essm = cfg.essm_kwargs()
-
-        rates = [16000.0]  # Hz at each level: the waveform's, divided by each resampling
+        # level i works at width widths[i] and rate rates[i] (Hz), and resamples to widths[i + 1]
+        rates = [WAVEFORM_RATE]
         for r in cfg.pools:
             rates.append(rates[-1] / r)
 
         def blk(kind: str, c: int, states: int, level: int, **kw) -> CentaurusBlock:
             pre = cfg.pre_conv if c > 1 else 0
-            opts = block_kwargs(kind, essm, cfg.full_init, rates[level])
-            norm = cfg.front_norm or level > 0
-            return CentaurusBlock(kind, c, c, states, cfg.n_sub, pre_conv=pre, norm=norm, **kw, **opts)
+            return CentaurusBlock(
+                kind, c, c, states, cfg.n_sub, pre_conv=pre, **kw, **cfg.block_kwargs(kind, rates[level])
+            )
 
         self.enc = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i], i) for i in range(n))
         self.down = nn.ModuleList(DownConv(widths[i], widths[i + 1], cfg.pools[i]) for i in range(n))

@@ -47,8 +47,7 @@ class KeywordSpotter(ElasticBudget, nn.Module):
         super().__init__()
         self.cfg = cfg
         self.backbone = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
-                                        cfg.pre_conv, cfg.essm_kwargs(), cfg.full_init,
-                                        front_norm=cfg.front_norm)  # fmt: skip
+                                        cfg.pre_conv, cfg)  # fmt: skip
         c = cfg.channels[-1]
         self.head = nn.Sequential(nn.Linear(c, c), nn.SiLU(), nn.Linear(c, cfg.num_classes))
 

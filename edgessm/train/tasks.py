@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.data import corpora
-from edgessm.data.audio import SAMPLE_RATE, dynamic_range_db, speech_span
+from edgessm.data.audio import SAMPLE_RATE, dynamic_range_db, speech_bounds, speech_span
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
 from edgessm.data.manifest import Clip, assign_split, read_manifest
@@ -391,7 +391,7 @@ class DenoiseTask(Task):
             raise CorpusError("no clean training speech found in the data sources")
         self.train_clips, self.val_clips = train, val
         self.clean = AudioStore([c.path for c in train + val], progress=True)
-        self.words, self.word_index = None, []
+        self.words, self.word_index, self.word_spans = None, [], []
         if self.data.word_stream_prob > 0:
             self._prepare_words()
         paths = noise_paths(list(self.data.noise))
@@ -428,6 +428,9 @@ class DenoiseTask(Task):
         self.words = AudioStore([c.path for c in clips], progress=True, cache=True)
         floor = self.data.min_dynamic_range_db
         self.word_index = [i for i in range(len(clips)) if dynamic_range_db(self.words[i]) >= floor]
+        # (clip, start, end) of each kept word's speech, found once rather than for every example
+        self.word_spans = [(i, *speech_bounds(self.words[i], -35.0, margin=800, abs_floor=1e-4))
+                           for i in self.word_index]  # fmt: skip
         if not self.word_index:
             raise CorpusError(f"no word clip has a dynamic range of {floor} dB; lower min_dynamic_range_db")
 
@@ -437,8 +440,8 @@ class DenoiseTask(Task):
         lo, hi = self.data.pause_s
         pos = -int(rng.integers(0, SAMPLE_RATE // 2))  # the stream may start in the middle of a word
         while pos < length:
-            word = speech_span(self.words[self.word_index[int(rng.integers(len(self.word_index)))]], -35.0,
-                               margin=800, abs_floor=1e-4)  # fmt: skip
+            i, start, end = self.word_spans[int(rng.integers(len(self.word_spans)))]
+            word = self.words[i][start:end]
             rms = float(np.sqrt(np.mean(word.astype(np.float64) ** 2))) + 1e-9
             word = word * (0.05 / rms * 10 ** (rng.uniform(-1, 1) * self.data.word_level_db / 20))
             a, b = max(pos, 0), min(pos + len(word), length)
