@@ -1,11 +1,12 @@
 """Streaming CTC recognizer: a fully state-space Centaurus encoder (paper Sec. 5.3, App. E.3, Table 7).
 
 Stage ``i`` (one row of Table 7): a residual SSM block of kind ``kinds[i]`` with ``states[i]`` states
-taking ``channels[i-1]`` to ``channels[i]`` (the first from the waveform), then the stage's downsampling
-by ``pools[i]``, then ``repeats[i] - 1`` more blocks at the new rate ("only the first occurrence of the
-block contains the downsampling layer"). The downsampling is a learned strided projection
-(``downsample = "conv"``, kernel = stride = ``pools[i]``, as Table 7's "downsampling layer projecting the
-temporal and channel dimension") or causal average pooling (``"pool"``, as in the keyword spotter).
+taking ``channels[i-1]`` to ``channels[i]`` (the first from the waveform, or from the bands of the
+``front``), then the stage's downsampling by ``pools[i]``, then ``repeats[i] - 1`` more blocks at the
+new rate ("only the first occurrence of the block contains the downsampling layer"). The downsampling
+is a learned strided projection (``downsample = "conv"``, kernel = stride = ``pools[i]``, as Table 7's
+"downsampling layer projecting the temporal and channel dimension") or causal average pooling
+(``"pool"``, as in the keyword spotter).
 
 ``module`` appends a feed-forward (``"ffn"``) or causal convolution (``"conv"``) module after every block
 (the Table 2 variants, :mod:`edgessm.nets.modules`). The head is a per-frame linear layer, or a 2-layer
@@ -24,12 +25,12 @@ from edgessm.ssm import AvgPool, CentaurusBlock, Counts, DownConv, StreamSequent
 from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import State
 
-from .backbone import WAVEFORM_RATE, BlockOptions
+from .backbone import BlockOptions, FrontOptions
 from .modules import MODULE_KINDS, make_module
 
 
 @dataclass
-class CtcRecognizerConfig(BlockOptions):
+class CtcRecognizerConfig(FrontOptions, BlockOptions):
     vocab_size: int = 29  # blank + space + apostrophe + a..z
     channels: list[int] = field(default_factory=lambda: [8, 16, 64, 96, 128, 128])
     states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 128])
@@ -60,10 +61,7 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
         raise ValueError(f"module must be one of {', '.join(MODULE_KINDS)}, got {cfg.module!r}")
     if any(r < 1 for r in repeats):
         raise ValueError(f"every stage needs at least one block, got repeats {repeats}")
-    layers: list = []
-    c_in = 1
-
-    rate = WAVEFORM_RATE  # Hz at the current block
+    layers, c_in, rate = cfg.make_front()  # rate: Hz at the current block
 
     def block(kind: str, h_in: int, h_out: int, states: int, first: bool) -> None:
         layers.append(
@@ -76,7 +74,7 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
 
     for i in range(n):
         c, r, kind = cfg.channels[i], cfg.pools[i], cfg.kinds[i]
-        block(kind, c_in, c, cfg.states[i], first=i == 0)
+        block(kind, c_in, c, cfg.states[i], first=i == 0 and c_in == 1)
         if r > 1:
             layers.append(DownConv(c, c, r) if cfg.downsample == "conv" else AvgPool(r))
             rate /= r

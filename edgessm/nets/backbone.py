@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgessm.ssm import AvgPool, CentaurusBlock, StreamSequential
+from edgessm.ssm import AvgPool, CentaurusBlock, Streamable, StreamSequential
+from edgessm.ssm.filterbank import FilterbankFront
 
 WAVEFORM_RATE = 16000.0  # Hz of every network's input; a block's rate is this divided by the resampling before it
 
@@ -59,23 +60,52 @@ class BlockOptions(ElasticOptions):
         return kw
 
 
+FRONTS = ("waveform", "filterbank")
+
+
+@dataclass
+class FrontOptions:
+    """Config fields of what a classifier or recogniser puts before its first block.
+
+    ``front = "waveform"``: nothing, the first block reads the waveform (the paper's networks).
+    ``front = "filterbank"``: a :class:`~edgessm.ssm.filterbank.FilterbankFront`, the log energies of
+    ``front_bands`` learnable SSM band-pass filters (``front_states`` modes each), one frame per
+    ``front_pool`` samples; the blocks then start at ``16000 / front_pool`` Hz with ``front_bands`` channels.
+    """
+
+    front: str = "waveform"
+    front_bands: int = 40
+    front_states: int = 1
+    front_pool: int = 160
+
+    def make_front(self, rate: float = WAVEFORM_RATE) -> tuple[list[Streamable], int, float]:
+        """``(layers, channels out, rate out)`` of the front at input ``rate`` Hz."""
+        if self.front not in FRONTS:
+            raise ValueError(f"front must be one of {', '.join(FRONTS)}, got {self.front!r}")
+        if self.front == "waveform":
+            return [], 1, rate
+        layer = FilterbankFront(self.front_bands, self.front_states, self.front_pool, rate)
+        return [layer], self.front_bands, rate / self.front_pool
+
+
 def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Sequence[str], pools: Sequence[int],
                        n_sub: int = 4, dropout: float = 0.0, pre_conv: int = 0,
-                       options: BlockOptions | None = None) -> StreamSequential:  # fmt: skip
-    """``(B, 1, T) -> (B, channels[-1], T / prod(pools))``; a pool of 1 adds no layer.
+                       options: BlockOptions | None = None,
+                       front: FrontOptions | None = None) -> StreamSequential:  # fmt: skip
+    """``(B, 1, T) -> (B, channels[-1], T / (front pool * prod(pools)))``; a pool of 1 adds no layer.
 
     ``options``: the blocks' ES-SSM options, initialisation and front norm (:class:`BlockOptions`).
+    ``front``: what reads the waveform before the first block (:class:`FrontOptions`; default: nothing).
+    The first block has a skip only after a front (the waveform has one channel).
     """
     n = len(channels)
     if not (len(states) == len(kinds) == len(pools) == n):
         raise ValueError("channels, states, kinds and pools must have one entry per block")
     options = options or BlockOptions()
-    layers = []
-    c_in = 1
-    rate = WAVEFORM_RATE
+    layers, c_in, rate = (front or FrontOptions()).make_front()
     for i in range(n):
         layers.append(
-            CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0, dropout=dropout,
+            CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0 or c_in > 1, dropout=dropout,
                            pre_conv=pre_conv if c_in > 1 else 0, **options.block_kwargs(kinds[i], rate))
         )  # fmt: skip
         if pools[i] > 1:

@@ -19,11 +19,11 @@ from torch import Tensor, nn
 from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import Counts, State
 
-from .backbone import BlockOptions, centaurus_backbone
+from .backbone import BlockOptions, FrontOptions, centaurus_backbone
 
 
 @dataclass
-class KeywordSpotterConfig(BlockOptions):
+class KeywordSpotterConfig(FrontOptions, BlockOptions):
     num_classes: int = 35
     channels: list[int] = field(default_factory=lambda: [4, 8, 16, 32, 64, 128])
     states: list[int] = field(default_factory=lambda: [4, 4, 32, 64, 128, 256])
@@ -47,7 +47,7 @@ class KeywordSpotter(ElasticBudget, nn.Module):
         super().__init__()
         self.cfg = cfg
         self.backbone = centaurus_backbone(cfg.channels, cfg.states, cfg.kinds, cfg.pools, cfg.n_sub, cfg.dropout,
-                                        cfg.pre_conv, cfg)  # fmt: skip
+                                        cfg.pre_conv, cfg, cfg)  # fmt: skip
         c = cfg.channels[-1]
         self.head = nn.Sequential(nn.Linear(c, c), nn.SiLU(), nn.Linear(c, cfg.num_classes))
 

@@ -1,0 +1,99 @@
+"""The SSM filterbank front end: band-pass filters on the ERB scale, log energies, exact streaming,
+and the networks built on it (streaming, export)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import random_chunks, randomize, rel_err
+
+from edgessm.nets import build_network
+from edgessm.ssm import run_chunked
+from edgessm.ssm.filterbank import GAIN, SHIFT, FilterbankFront
+
+
+def test_each_band_is_a_band_pass_filter_on_the_erb_scale() -> None:
+    fb = FilterbankFront(bands=24, states=2, pool=160)
+    with torch.no_grad():
+        response = torch.fft.rfft(fb.ssm.kernel(8192)[:, 0].double(), 16000).abs()  # 1 Hz bins
+    peaks = response.argmax(-1).float()
+    assert torch.all(peaks[1:] > peaks[:-1])  # one band per place, low to high
+    assert peaks[0] < 120 and peaks[-1] > 6000
+    erb_rate = 21.4 * torch.log10(1 + 0.00437 * peaks)
+    steps = erb_rate[1:] - erb_rate[:-1]
+    assert steps.std() / steps.mean() < 0.25  # evenly spaced on the ERB scale
+    gains = response.max(-1).values
+    assert gains.min() > 0.5 and gains.max() < 2.0  # every band near unit peak gain (its modes add in phase)
+
+
+def test_a_tone_is_loudest_in_its_own_band_and_silence_is_finite() -> None:
+    fb = FilterbankFront(bands=32, pool=160).eval()
+    t = torch.arange(16000) / 16000
+    with torch.no_grad():
+        centres = torch.fft.rfft(fb.ssm.kernel(8192)[:, 0].double(), 16000).abs().argmax(-1)
+        for hz in (300.0, 1000.0, 3000.0):
+            z = fb(0.1 * torch.sin(2 * math.pi * hz * t)[None, None])  # (1, 32, 100)
+            loudest = int(z[0, :, 50:].mean(-1).argmax())
+            assert abs(float(centres[loudest]) - hz) / hz < 0.15
+        quiet = fb(torch.zeros(1, 1, 1600))
+    assert torch.allclose(quiet, torch.full_like(quiet, (math.log(fb.floor) - SHIFT) * GAIN))
+
+
+def test_streaming_equals_forward_for_any_chunking() -> None:
+    fb = randomize(FilterbankFront(bands=8, states=2, pool=40), seed=3).eval()
+    x = torch.randn(2, 1, 40 * 50)
+    with torch.no_grad():
+        y, state = run_chunked(fb, x, [40 * s for s in random_chunks(50, seed=4, high=9)])
+        assert y.shape == (2, 8, 50)
+        assert rel_err(y, fb(x)) < 1e-4
+    assert len(state) == len(fb.state_shapes()) == 1
+
+
+def test_the_filters_and_the_normalisation_learn() -> None:
+    fb = FilterbankFront(bands=6, pool=80)
+    fb(torch.randn(2, 1, 800)).square().mean().backward()
+    for name in ("ssm.E", "ssm.modes.a_im", "ssm.modes.a_log", "shift", "gain"):
+        grad = dict(fb.named_parameters())[name].grad
+        assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0, name
+
+
+def test_bad_settings_are_refused_with_the_values() -> None:
+    with pytest.raises(ValueError, match="bands, states and pool must be >= 1 and floor > 0"):
+        FilterbankFront(bands=0)
+    with pytest.raises(ValueError, match="floor > 0"):
+        FilterbankFront(floor=0.0)
+    with pytest.raises(ValueError, match="front must be one of waveform, filterbank"):
+        build_network("asr", front="mel")
+
+
+FRONT = {"front": "filterbank", "front_bands": 12, "front_pool": 80}
+STAGES = {"channels": [16, 24], "states": [8, 16], "kinds": ["bottleneck", "pointwise"]}
+
+
+@pytest.mark.parametrize("name", ["asr", "kws"])
+def test_networks_on_the_filterbank_stream_like_forward(name: str) -> None:
+    pools = [4, 1] if name == "asr" else [2, 2]
+    net = randomize(build_network(name, **FRONT, **STAGES, pools=pools, dropout=0.0), seed=5).eval()
+    assert net.stride == 80 * math.prod(pools)
+    first = next(m for m in net.modules() if type(m).__name__ == "CentaurusBlock")
+    assert first.h_in == 12 and first.skip  # the first block reads the bands, with a projected skip
+    x = torch.randn(1, 1, net.stride * 12)
+    with torch.no_grad():
+        y, _ = run_chunked(net, x, [net.stride * s for s in random_chunks(12, seed=6, high=4)])
+        ref = net.frame_logits(x) if name == "kws" else net(x)
+        assert rel_err(y, ref) < 1e-4
+    c = net.counts()
+    assert 0.8 * sum(p.numel() for p in net.parameters()) < c.params <= sum(p.numel() for p in net.parameters())
+
+
+def test_recognizer_on_the_filterbank_exports_exactly(tmp_path) -> None:
+    from edgessm.deploy.onnx_export import NPU_FRIENDLY_OPS, export_onnx
+
+    net = randomize(build_network("asr", **FRONT, **STAGES, pools=[4, 1]), seed=7)
+    audio = (0.3 * np.random.default_rng(0).normal(size=320 * 20)).astype(np.float32)
+    report = export_onnx(net, tmp_path / "a.onnx", 320, {"task": "asr"}, [audio])
+    assert report.max_abs_error < 1e-4
+    assert {"Log", "AveragePool"} <= set(report.op_census) <= NPU_FRIENDLY_OPS
