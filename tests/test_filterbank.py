@@ -97,3 +97,17 @@ def test_recognizer_on_the_filterbank_exports_exactly(tmp_path) -> None:
     report = export_onnx(net, tmp_path / "a.onnx", 320, {"task": "asr"}, [audio])
     assert report.max_abs_error < 1e-4
     assert {"Log", "AveragePool"} <= set(report.op_census) <= NPU_FRIENDLY_OPS
+
+
+def test_training_convolves_only_the_filters_live_part_and_loses_nothing() -> None:
+    from edgessm.ssm.fftconv import causal_conv
+
+    fb = FilterbankFront(bands=16, pool=160).eval()
+    x = torch.randn(1, 1, 16000)
+    assert fb.kernel_length(16000) < 4000  # ERB-wide resonators die out within a few thousand samples
+    with torch.no_grad():
+        full = causal_conv(x, fb.ssm.kernel(16000), "full")
+        energy = torch.nn.functional.avg_pool1d(full * full, 160, 160)
+        assert rel_err(fb(x), fb._compress(energy)) < 1e-5
+        fb.ssm.modes.a_log.fill_(-30.0)  # a filter that rings (almost) forever: the whole input is needed
+    assert fb.kernel_length(16000) == 16000
