@@ -104,10 +104,10 @@ def test_training_convolves_only_the_filters_live_part_and_loses_nothing() -> No
 
     fb = FilterbankFront(bands=16, pool=160).eval()
     x = torch.randn(1, 1, 16000)
-    assert fb.kernel_length(16000) < 4000  # ERB-wide resonators die out within a few thousand samples
+    assert fb.ssm.modes.live_length(16000) < 4000  # ERB-wide resonators die out within a few thousand samples
     with torch.no_grad():
         full = causal_conv(x, fb.ssm.kernel(16000), "full")
         energy = torch.nn.functional.avg_pool1d(full * full, 160, 160)
         assert rel_err(fb(x), fb._compress(energy)) < 1e-5
         fb.ssm.modes.a_log.fill_(-30.0)  # a filter that rings (almost) forever: the whole input is needed
-    assert fb.kernel_length(16000) == 16000
+    assert fb.ssm.modes.live_length(16000) == 16000

@@ -261,7 +261,8 @@ class DepthwiseSSM(SSMLayer):
 
     def forward(self, u: Tensor) -> Tensor:
         """``(B, H, L) -> (B, H', L)``."""
-        return self._mix(causal_conv(u, self.kernel(u.shape[-1]).to(u.dtype), "depthwise"))
+        k = self.kernel(self.modes.live_length(u.shape[-1]))
+        return self._mix(causal_conv(u, k.to(u.dtype), "depthwise"))
 
     def impulse_response(self, length: int) -> Tensor:
         k = self.kernel(length)
@@ -326,7 +327,7 @@ class FullSSM(SSMLayer):
         return modal_kernel(*self._weights(), length)
 
     def forward(self, u: Tensor) -> Tensor:
-        return causal_conv(u, self.kernel(u.shape[-1]).to(u.dtype), "full")
+        return causal_conv(u, self.kernel(self.modes.live_length(u.shape[-1])).to(u.dtype), "full")
 
     def impulse_response(self, length: int) -> Tensor:
         return self.kernel(length)
@@ -391,7 +392,7 @@ class _ProjectedSSM(SSMLayer):
     def forward(self, u: Tensor) -> Tensor:
         """``(B, H, L) -> (B, H', L)`` along the planned contraction order."""
         batch, _, length = u.shape
-        k = self.kernel(length).to(u.dtype)
+        k = self.kernel(self.modes.live_length(length)).to(u.dtype)
         return bottleneck_conv(u, k, self.b_bar().to(u.dtype), self.C.to(u.dtype), self.choose_plan(batch, length))
 
     def impulse_response(self, length: int) -> Tensor:

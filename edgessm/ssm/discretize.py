@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 # Re(A) never gets closer to 0 than this: |Ā| < 1 strictly, the state stays bounded.
 MIN_DECAY = 1e-4
+TAIL = 1e-8  # a kernel's tail below this fraction of its start is left out of FFT convolutions
 
 
 def dt_grid(n: int, dt_min: float = 1e-3, dt_max: float = 1e-1) -> Tensor:
@@ -94,6 +95,17 @@ class DiagonalModes(nn.Module):
     def delta(self) -> Tensor:
         """Δ broadcast to the mode shape ``S``."""
         return torch.exp(self.dt_log).expand(self.shape)
+
+    def live_length(self, length: int, tail: float = TAIL) -> int:
+        """Samples of the modes' impulse responses that matter for an input of ``length``: until the
+        slowest, ``|Ā|^t = exp(Re(ΔA) t)``, has decayed below ``tail`` (at most ``length``).
+
+        Convolving with only that much of a kernel changes nothing at float32 resolution, and when the
+        modes ring for less than the input is long, the FFTs shrink from ``2 L`` to ``L + live`` points.
+        """
+        wr, _ = self.dtA()
+        need = math.log(tail) / float(wr.detach().max())
+        return max(1, min(length, math.ceil(need)))
 
     def dtA(self) -> tuple[Tensor, Tensor]:
         """``Δ A`` as ``(real, imag)``, each of shape ``S``; ``Ā = exp(Δ A)`` (eq. 2)."""

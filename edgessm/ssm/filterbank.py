@@ -27,7 +27,6 @@ from torch import Tensor, nn
 
 from .blocks import FullSSM
 from .discretize import auditory_modes
-from .fftconv import causal_conv
 from .resample import _check_length
 from .stream import Counts, State, Streamable
 
@@ -36,10 +35,6 @@ from .stream import Counts, State, Streamable
 # a mean of -11.5 (each band between -12.2 and -10.8) and a spread of 3.6 (3.3-4.0); these constants
 # bring them near zero mean and unit scale. Both are learnable per band.
 SHIFT, GAIN = -11.5, 1.0 / 3.6
-# The filters are resonators that die out within a few thousand samples; training convolves with their
-# kernels only until the slowest one has decayed to TAIL of its start (below float32 resolution), so the
-# FFTs are T + a few thousand points long instead of 2T (about half the cost), and streaming stays exact.
-TAIL = 1e-8
 
 
 class FilterbankFront(Streamable):
@@ -75,16 +70,9 @@ class FilterbankFront(Streamable):
         """Mean band energies ``(B, F, frames)`` -> normalised log energies."""
         return (torch.log(energy + self.floor) - self.shift[:, None]) * self.gain[:, None]
 
-    def kernel_length(self, length: int) -> int:
-        """Samples of the filters' impulse responses that matter for an input of ``length``: until the
-        slowest mode, ``|Ā|^t = exp(Re(ΔA) t)``, falls below ``TAIL`` (at most ``length``)."""
-        wr, _ = self.ssm.modes.dtA()
-        need = math.log(TAIL) / float(wr.detach().max())
-        return max(1, min(length, math.ceil(need)))
-
     def forward(self, x: Tensor) -> Tensor:
         _check_length(self, x)
-        y = causal_conv(x, self.ssm.kernel(self.kernel_length(x.shape[-1])).to(x.dtype), "full")
+        y = self.ssm(x)  # the resonators die out within a few thousand samples: short FFTs (live_length)
         b, c, t = (int(n) for n in y.shape)
         return self._compress((y * y).reshape(b, c, t // self.pool, self.pool).mean(-1))
 
