@@ -105,6 +105,8 @@ class DiagonalModes(nn.Module):
         """
         wr, _ = self.dtA()
         need = math.log(tail) / float(wr.detach().max())
+        if not math.isfinite(need):  # non-finite parameters (a diverged run): the whole kernel, no crash here
+            return length
         return max(1, min(length, math.ceil(need)))
 
     def dtA(self) -> tuple[Tensor, Tensor]:
