@@ -8,6 +8,7 @@ Modules:
     hankel      the Hankel spectral basis of ES-SSM (float64, cached)
     distill     SpectraLDS: the Hankel filters distilled into a prefix-nested decaying LDS
     essm        the elastic spectral SSM (ES-SSM): gate, runtime budget, budget dropout, FIR/LDS streaming
+    filterbank  the filterbank front end: one full block's ERB-spaced filters, pooled log band energies
     resample    causal pooling, strided / transposed convolutions, causal depthwise Conv1d
     residual    the Centaurus residual block (Fig. 5)
     stream      the streaming contract (``forward`` beside ``step``), counts, helpers
@@ -25,6 +26,7 @@ from .blocks import (
 )
 from .essm import BudgetDropout, ElasticBudget, ElasticSpectralSSM, sample_train_budget, set_budget
 from .fftconv import Plan, bottleneck_flops, causal_conv, cheapest_plan, plan_bottleneck
+from .filterbank import FilterbankFront
 from .resample import AvgPool, CausalDepthwiseConv, DownConv, UpConv
 from .residual import CentaurusBlock, ChannelNorm, trainable_parameters
 from .stream import Counts, Streamable, StreamSequential, flops_per_second, run_chunked
@@ -43,6 +45,7 @@ __all__ = [
     "DownConv",
     "ElasticBudget",
     "ElasticSpectralSSM",
+    "FilterbankFront",
     "FullSSM",
     "Plan",
     "PointwiseBottleneckSSM",
