@@ -6,6 +6,9 @@ features over a causal window of ``window`` frames and applies a 2-layer MLP; cl
 the window's output at the last frame, so a window as long as the clip is the paper's global
 average pooling, and the streaming model (``step``) evaluates exactly the same function at every
 frame: its state is the backbone's plus the last ``window - 1`` frames and a frame counter.
+
+``front = "filterbank"`` puts the SSM filterbank front end (:mod:`edgessm.ssm.filterbank`: pooled log
+band energies) before the blocks, which then start at its frame rate with its bands as channels.
 """
 
 from __future__ import annotations
