@@ -50,3 +50,13 @@ def test_digit_vocabulary_and_unknown_sets() -> None:
     assert len(asr.vocabulary("sc-test", utts)) == 35 and "marvin" in asr.vocabulary("sc-test")
     with pytest.raises(ValueError, match="unknown test set 'librispeech'"):
         asr.test_set("librispeech")
+
+
+def test_joined_streams_keep_order_pauses_and_a_scored_whole(model) -> None:
+    utts = [asr.Utterance(t, spoken(t), t) for t in ("go", "up", "no", "yes", "stop")]
+    streams = asr.joined_streams(utts, per_stream=2, pause_s=1.0)
+    assert [s.text for s in streams] == ["go up", "no yes", "stop"]
+    assert len(streams[0].audio) == len(utts[0].audio) + 16000 + len(utts[1].audio)
+    assert np.array_equal(streams[2].audio, utts[4].audio)
+    res = asr.evaluate({"ours": asr.GraphRecognizer(model)}, streams, "toy-stream")["ours"]
+    assert res.utterances == 3 and res.word_errors == 0  # one state across each stream, every word found

@@ -8,7 +8,12 @@ Test sets (:func:`test_set`), none of them ever trained on:
 - ``fsdd-digits``: real spoken digits, FSDD's own test split (6 speakers, 8 kHz; the recipes train on
   its train split only);
 - ``fsdd-strings``: 3-5 of those test digits of one speaker joined with pauses ("four one nine");
-- ``sc-test``: real Speech Commands test words (the evaluation-only half of the official test set).
+- ``sc-test``: real Speech Commands test words (the evaluation-only half of the official test set);
+- ``real-stream``: the ``real-sentences`` joined into streams of ``STREAM_UTTERANCES`` with
+  ``STREAM_PAUSE_S`` of silence between them, each scored as one utterance. The recogniser keeps its
+  state across a stream as it does on a long file or a live microphone, while training utterances
+  start from a zero state and last at most 8 s; this set shows what that costs (compare its WER
+  with ``real-sentences``).
 
 Systems: ``ours`` (the graph, streamed in 100 ms blocks through :class:`~edgessm.runtime.transcriber.Transcriber`
 with greedy CTC), its int8 twin when it ships, ``pocketsphinx`` (its en-us acoustic model and general
@@ -36,8 +41,10 @@ from edgessm.data.labels import SC35_WORDS, SILENCE
 from edgessm.data.manifest import Clip, assign_split, read_manifest
 from edgessm.data.text import edit_distance
 
-SETS = ("synth-sentences", "synth-words", "real-sentences", "fsdd-digits", "fsdd-strings", "sc-test")
+SETS = ("synth-sentences", "synth-words", "real-sentences", "real-stream", "fsdd-digits", "fsdd-strings", "sc-test")
 CLOSED = ("synth-words", "fsdd-digits", "fsdd-strings", "sc-test")  # sets with a known small vocabulary
+STREAM_UTTERANCES = 10  # sentences per joined stream (real-stream)
+STREAM_PAUSE_S = 1.5  # silence between them: longer than the endpointer's pause, so each ends a segment
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 Progress = Callable[[Iterable, str], Iterable]
@@ -86,6 +93,8 @@ def test_set(name: str, limit: int = 0, seed: int = 0) -> list[Utterance]:
     if name == "real-sentences":
         clips = [c for c in shared_read_speech() if assign_split(c, 10.0, 10.0) == "test"]
         return _clips(sorted(clips, key=lambda c: c.path)[: limit or None])
+    if name == "real-stream":
+        return joined_streams(test_set("real-sentences"), STREAM_UTTERANCES, STREAM_PAUSE_S)[: limit or None]
     if name == "fsdd-digits":
         return _clips(_sample(_fsdd_test(), limit or 300, seed))
     if name == "fsdd-strings":
@@ -93,6 +102,18 @@ def test_set(name: str, limit: int = 0, seed: int = 0) -> list[Utterance]:
     if name == "sc-test":
         return _clips(_sample([c for c in shared_sc_test() if c.text != SILENCE], limit or 400, seed))
     raise ValueError(f"unknown test set {name!r}; choose from {', '.join(SETS)}")
+
+
+def joined_streams(utterances: Sequence[Utterance], per_stream: int, pause_s: float) -> list[Utterance]:
+    """Consecutive groups of ``per_stream`` utterances, each group one stream with ``pause_s`` of
+    silence between its utterances (and none at its ends); the reference is their texts in order."""
+    pause = np.zeros(round(pause_s * SAMPLE_RATE), np.float32)
+    out = []
+    for start in range(0, len(utterances), per_stream):
+        group = utterances[start : start + per_stream]
+        parts = [p for u in group for p in (pause, u.audio)][1:]
+        out.append(Utterance(f"stream{len(out)}", np.concatenate(parts), " ".join(u.text for u in group)))
+    return out
 
 
 def _fsdd_test() -> list[Clip]:

@@ -195,6 +195,7 @@ ASR_SET_NAMES = {
     "synth-sentences": "synthetic test voices, sentences",
     "synth-words": "synthetic test voices, single words",
     "real-sentences": "real read sentences, held-out speakers",
+    "real-stream": "the same sentences joined 10 to a stream (state kept across it)",
     "fsdd-digits": "FSDD real digits (8 kHz)",
     "fsdd-strings": "FSDD digit strings (3-5 digits, one speaker)",
     "sc-test": "Speech Commands test words (real, unseen speakers)",
