@@ -103,8 +103,9 @@ class DiagonalModes(nn.Module):
         Convolving with only that much of a kernel changes nothing at float32 resolution, and when the
         modes ring for less than the input is long, the FFTs shrink from ``2 L`` to ``L + live`` points.
         """
-        wr, _ = self.dtA()
-        need = math.log(tail) / float(wr.detach().max())
+        with torch.no_grad():
+            wr, _ = self.dtA()
+        need = math.log(tail) / float(wr.max())
         if not math.isfinite(need):  # non-finite parameters (a diverged run): the whole kernel, no crash here
             return length
         return max(1, min(length, math.ceil(need)))

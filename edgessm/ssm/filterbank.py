@@ -26,7 +26,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .blocks import FullSSM
-from .discretize import auditory_modes
 from .resample import _check_length
 from .stream import Counts, State, Streamable
 
@@ -58,9 +57,9 @@ class FilterbankFront(Streamable):
             )
         self.bands, self.pool, self.floor = bands, pool, float(floor)
         self.ssm = FullSSM(1, bands, states, init="auditory", rate=rate)
-        with torch.no_grad():  # E Δ = 2β / states: each mode peaks near 1/states, the filter's modes add in phase
-            _, beta = auditory_modes(bands * states, rate)
-            self.ssm.E.copy_((2 * beta / states).reshape(bands, 1, states).float() / self.ssm.modes.delta())
+        with torch.no_grad():  # E Δ = 2β / states (β = -Re(ΔA) of the auditory modes): each mode peaks near
+            wr, _ = self.ssm.modes.dtA()  # 1/states and the filter's modes add in phase, not with random signs
+            self.ssm.E.copy_(-2 * wr / states / self.ssm.modes.delta())
         self.shift = nn.Parameter(torch.full((bands,), SHIFT))
         self.gain = nn.Parameter(torch.full((bands,), GAIN))
         self.rate = Fraction(1, pool)
