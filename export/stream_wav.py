@@ -62,9 +62,14 @@ def main() -> int:
     n = len(audio)
     audio = np.concatenate([audio, np.zeros(-n % chunk, np.float32)])  # pad the last chunk
 
-    # The state: one zero tensor per state input, fed back after every call.
+    # The state: one zero tensor per state input, fed back after every call. A graph with
+    # `warmup_samples` starts from the state after that much silence (its outputs are discarded).
     inputs = session.get_inputs()
     state = [np.zeros(i.shape, np.float32) for i in inputs[1:]]
+    for _ in range(-(-int(meta.get("warmup_samples", 0)) // chunk)):
+        feed = {inputs[0].name: np.zeros((1, 1, chunk), np.float32)}
+        feed.update({i.name: s for i, s in zip(inputs[1:], state, strict=True)})
+        state = session.run(None, feed)[1:]
     outputs, t0 = [], time.perf_counter()
     for pos in range(0, len(audio), chunk):
         feed = {inputs[0].name: audio[pos : pos + chunk].reshape(1, 1, chunk)}

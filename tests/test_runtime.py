@@ -119,6 +119,44 @@ def test_export_kit_runner_streams_a_wav(kws_graph, tmp_path) -> None:
     assert out.shape == ref.shape and np.abs(out - ref).max() < 1e-3
 
 
+def test_export_kit_runner_warms_the_state_up_like_the_runtime(tmp_path) -> None:
+    """A graph whose output is its call count: with ``warmup_samples`` both runners start counting after it."""
+    import json
+    from pathlib import Path
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgessm.data.audio import write_audio
+
+    nodes = [helper.make_node("Add", ["count", "one"], ["count_out"]),
+             helper.make_node("Reshape", ["count", "shape"], ["output"])]  # fmt: skip
+    inits = [helper.make_tensor("one", TensorProto.FLOAT, [1, 1], [1.0]),
+             helper.make_tensor("shape", TensorProto.INT64, [3], [1, 1, 1])]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "count",
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1, 1, 320]),
+         helper.make_tensor_value_info("count", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1, 1]),
+         helper.make_tensor_value_info("count_out", TensorProto.FLOAT, [1, 1])],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    meta = {"task": "asr", "chunk": "320", "stride": "320", "states": json.dumps([["count", [1]]]),
+            "warmup_samples": "900"}  # fmt: skip
+    for key, value in meta.items():
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, str(tmp_path / "count.onnx"))
+    write_audio(tmp_path / "in.wav", np.zeros(320 * 4, np.float32), 16000)
+    runner = Path(__file__).resolve().parents[1] / "export" / "stream_wav.py"
+    subprocess.run([sys.executable, str(runner), str(tmp_path / "count.onnx"), str(tmp_path / "in.wav"),
+                    "--out", str(tmp_path / "o.npy")], check=True, capture_output=True)  # fmt: skip
+    kit = np.load(tmp_path / "o.npy").reshape(-1)
+    ours = StepModel(tmp_path / "count.onnx").process(np.zeros(320 * 4, np.float32)).reshape(-1)
+    assert kit.tolist() == ours.tolist() == [3.0, 4.0, 5.0, 6.0]  # 900 samples: three whole chunks of silence
+
+
 def test_model_benchmark_reports_rtf_latency_memory(kws_graph, capsys) -> None:
     from edgessm.bench.models import main
 

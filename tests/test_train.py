@@ -216,6 +216,63 @@ def test_ctc_examples_mix_sentences_words_and_joined_word_sequences(tmp_path: Pa
     assert task.describe()["labels"][:3] == ["<blank>", " ", "'"]
 
 
+def test_ctc_warmup_silence_precedes_every_example_and_is_not_scored(tmp_path: Path, monkeypatch) -> None:
+    """``warmup_s``: examples start with that much silence; its frames never enter the loss or the decoding."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task
+
+    clips = []
+    for i, (text, split) in enumerate([("go", "train"), ("stop", "train"), ("up", "validation")]):
+        x = 0.3 * np.sin(np.arange(16000) * 0.2 * (i + 1)).astype(np.float32)
+        write_audio(tmp_path / f"{i}.wav", x, 16000)
+        clips.append(Clip(str(tmp_path / f"{i}.wav"), speaker=f"s{i}", text=text, split=split))
+    write_manifest(tmp_path / "m.csv", clips)
+
+    def config(warmup: float) -> TrainConfig:
+        return TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                      "pools": [320]},
+                                      "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "warmup_s": warmup,
+                                               "sequence_weight": 0, "val_items": 2}})  # fmt: skip
+
+    task = build_task(config(0.04))
+    assert task.describe()["warmup_samples"] == 640 and "warmup_samples" not in build_task(config(0)).describe()
+    item = task.train_set()[(0, 0)]
+    assert len(item["audio"]) == 640 + 16000 and not item["audio"][:640].any()
+    assert task._val and all(not x[:640].any() and x[640:].any() for _, x, _ in task._val)
+
+    class Spells(torch.nn.Module):
+        """Shouts 'u' (the validation words begin with it) in the two warm-up frames, then the logits given."""
+
+        stride = 320
+
+        def __init__(self, after: torch.Tensor) -> None:
+            super().__init__()
+            self.after = after
+
+        def forward(self, x):
+            shout = torch.full((x.shape[0], 29, 2), -30.0)
+            shout[:, task.tok.index["u"]] = 30.0
+            return torch.cat([shout, self.after.expand(x.shape[0], -1, -1)], -1)
+
+    after = torch.randn(1, 29, 50, generator=torch.Generator().manual_seed(0))
+    batch = task.collate([task.train_set()[(i, i)] for i in range(2)])
+    loss, _ = task.loss(Spells(after), batch, 0.0)
+    logp = after.expand(2, -1, -1).log_softmax(1).permute(2, 0, 1)
+    want = F.ctc_loss(logp, batch["tokens"], torch.full((2,), 50), batch["token_lengths"], zero_infinity=True)
+    assert torch.allclose(loss, want)
+    blanks = torch.full((1, 29, 50), -30.0)
+    blanks[:, 0] = 30.0
+    assert task.evaluate(Spells(blanks), "cpu")["cer"] == 1.0  # the shouted 'u's are not decoded: all deleted
+    with pytest.raises(ValueError, match=r"multiple of 0\.02 s"):
+        build_task(config(0.03))
+
+
 def test_config_overrides_and_errors(tmp_path: Path) -> None:
     d = apply_overrides({"task": "kws", "train": {"steps": 5}}, ["train.steps=7", "optim.lr=3e-3", "data.words=sc12"])
     cfg = TrainConfig.from_dict(d)

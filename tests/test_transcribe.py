@@ -21,7 +21,7 @@ from edgessm.runtime.transcriber import Transcriber, transcribe_audio
 FRAME = 320
 
 
-def spelling_graph(path, task: str = "asr", frames: int = 1) -> str:
+def spelling_graph(path, task: str = "asr", frames: int = 1, warmup: int = 0) -> str:
     """A graph that 'spells' its input: each frame's mean level picks a character; ``frames`` per call."""
     import onnx
     from onnx import TensorProto, helper
@@ -57,6 +57,8 @@ def spelling_graph(path, task: str = "asr", frames: int = 1) -> str:
     model.ir_version = 8
     meta = {"task": task, "chunk": str(FRAME * frames), "stride": str(FRAME), "states": json.dumps([["count", [1]]]),
             "labels": json.dumps(list(CHARS)), "sample_rate": "16000"}  # fmt: skip
+    if warmup:
+        meta["warmup_samples"] = str(warmup)
     for key, value in meta.items():
         model.metadata_props.add(key=key, value=value)
     onnx.save(model, str(path))
@@ -106,6 +108,21 @@ def test_transcriber_resamples_and_reports_partials(graph) -> None:
     x = soxr.resample(np.concatenate([audio, pause(0.1)]), 16000, 48000)
     out = rec.accept_waveform(48000, x) + rec.finish()
     assert [s.text for s in out] == ["yes"]  # the stream resamples 48 kHz to the graph's 16 kHz
+
+
+@pytest.mark.parametrize(("frames", "calls"), [(1, 2), (3, 1)])
+def test_streams_start_from_the_state_after_the_graphs_warmup_silence(tmp_path, frames, calls) -> None:
+    """``warmup_samples`` (640 here): whole chunks of silence run before a stream; the clock starts after them."""
+    model = StepModel(spelling_graph(tmp_path / "spell.onnx", frames=frames, warmup=640))
+    assert model.info.warmup_samples == 640
+    assert model.initial_state()[0].item() == calls  # the graph's state counts its calls
+    rec = Transcriber(model)
+    segs = transcribe_audio(model, np.concatenate([pause(0.2), spoken("go"), pause(1.0)]), 16000)
+    assert [s.text for s in segs] == ["go"] and abs(segs[0].start_s - 0.2) < 0.03
+    rec.accept_waveform(16000, pause(0.5))
+    assert rec.stream.state[0].item() == calls + 25 // frames
+    rec.reset()
+    assert rec.stream.state[0].item() == calls
 
 
 def test_a_vocabulary_turns_final_segments_into_its_words(graph) -> None:

@@ -26,6 +26,7 @@ class GraphInfo:
     labels: list[str]
     weights_sha256: str
     extra: dict[str, str]
+    warmup_samples: int = 0  # a new stream starts from the state after this much silence (0: zeros)
 
 
 def read_info(session) -> GraphInfo:
@@ -46,6 +47,7 @@ def read_info(session) -> GraphInfo:
         labels=labels,
         weights_sha256=meta.get("weights_sha256", ""),
         extra=meta,
+        warmup_samples=int(meta.get("warmup_samples", 0)),
     )
 
 
@@ -72,11 +74,20 @@ class StepModel:
         self.info = read_info(self.session)
         self._inputs = [i.name for i in self.session.get_inputs()]
         self._outputs = [o.name for o in self.session.get_outputs()]
+        self._start: list[np.ndarray] | None = None  # initial_state(), computed once
         if len(self._inputs) != 1 + len(self.info.states):
             raise ValueError(f"{path}: {len(self._inputs) - 1} state inputs, metadata lists {len(self.info.states)}")
 
     def initial_state(self) -> list[np.ndarray]:
-        return [np.zeros((1, *shape), np.float32) for _, shape in self.info.states]
+        """The state a new stream starts from: zeros, advanced through ``warmup_samples`` of silence
+        (rounded up to whole chunks, outputs discarded) when the graph's metadata asks for it."""
+        if self._start is None:
+            state = [np.zeros((1, *shape), np.float32) for _, shape in self.info.states]
+            silence = np.zeros(self.info.chunk, np.float32)
+            for _ in range(-(-self.info.warmup_samples // self.info.chunk)):
+                _, state = self.run(silence, state)
+            self._start = state
+        return [s.copy() for s in self._start]
 
     def run(self, chunk: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
         """One graph call: ``chunk`` ``(chunk,)`` float32 at the graph's rate -> ``(output, new state)``."""
@@ -86,7 +97,7 @@ class StepModel:
         return out[0][0], out[1:]
 
     def process(self, audio: np.ndarray) -> np.ndarray:
-        """A whole recording ``(T,)`` at the graph's rate from a zero state: the outputs of every
+        """A whole recording ``(T,)`` at the graph's rate from :meth:`initial_state`: the outputs of every
         chunk concatenated on their last axis (the tail is zero-padded to a whole chunk)."""
         chunk = self.info.chunk
         x = np.zeros(-(-len(audio) // chunk) * chunk, np.float32)

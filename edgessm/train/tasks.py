@@ -549,6 +549,12 @@ class AsrData:
     max_sequence: int = 5
     pause_s: tuple[float, float] = (0.05, 0.5)
     val_items: int = 160  # validation examples per kind (sentences, words, sequences)
+    # Seconds of digital silence before every example (before augmentation), left out of the loss; a
+    # multiple of the 20 ms frame. Without it the recogniser learnt to emit its guess of the first
+    # letter at a fixed frame after the (always recognisable) start-up of its state, where CTC then
+    # kept it: every hypothesis began with "o". The streaming runtime starts each stream from the state
+    # after this much silence (graph metadata ``warmup_samples``).
+    warmup_s: float = 0.0
 
 
 class CtcTask(Task):
@@ -565,13 +571,21 @@ class CtcTask(Task):
         if (weights < 0).any() or weights.sum() <= 0:
             raise ValueError("[data] sentence_weight, word_weight and sequence_weight must be >= 0, not all 0")
         self.weights = weights / weights.sum()
+        self.warmup = round(self.data.warmup_s * SAMPLE_RATE)
+        if self.warmup < 0 or self.warmup % 320:
+            raise ValueError(f"[data] warmup_s={self.data.warmup_s} must be >= 0 and a multiple of 0.02 s")
         self._prepared = False
 
     def model_config(self) -> dict[str, Any]:
         return {**self.cfg.model, "vocab_size": len(self.tok)}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "labels": list(self.tok.chars)}
+        desc = {**super().describe(), "labels": list(self.tok.chars)}
+        return {**desc, "warmup_samples": self.warmup} if self.warmup else desc
+
+    def _warm(self, x: np.ndarray) -> np.ndarray:
+        """``x`` after :attr:`AsrData.warmup_s` of silence."""
+        return np.concatenate([np.zeros(self.warmup, np.float32), x]) if self.warmup else x
 
     def split(self, clip: Clip) -> str:
         return assign_split(clip, self.data.validation_pct, self.data.test_pct)
@@ -639,7 +653,7 @@ class CtcTask(Task):
                 continue
             for _ in range(self.data.val_items):
                 x, text = self._compose("validation", kind, rng)
-                items.append((kind, x, text))
+                items.append((kind, self._warm(x), text))
         return items
 
     def _example(self, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
@@ -647,6 +661,7 @@ class CtcTask(Task):
             rng = np.random.default_rng(index)
         kind = self.KINDS[int(rng.choice(3, p=self.weights))]
         x, text = self._compose("train", kind, rng)
+        x = self._warm(x)
         if self.augment is not None:
             x = self.augment(x, rng)
         return {"audio": np.asarray(x, np.float32), "tokens": self.tok.encode(text), "text": text}
@@ -682,8 +697,10 @@ class CtcTask(Task):
 
     def loss(self, net, batch, progress):
         logits = net(batch["audio"]).float()  # (B, V, F)
-        logp = logits.log_softmax(1).permute(2, 0, 1)  # (F, B, V)
-        frames = torch.clamp(batch["audio_lengths"] // self._stride(net), max=logp.shape[0])
+        stride = self._stride(net)
+        skip = self.warmup // stride  # the warm-up frames are not scored
+        logp = logits[..., skip:].log_softmax(1).permute(2, 0, 1)  # (F, B, V)
+        frames = torch.clamp(batch["audio_lengths"] // stride - skip, max=logp.shape[0])
         loss = F.ctc_loss(logp, batch["tokens"], frames, batch["token_lengths"], blank=0, zero_infinity=True)
         return loss, {}
 
@@ -701,8 +718,9 @@ class CtcTask(Task):
             batch = self.collate([{"audio": x, "tokens": self.tok.encode(t), "text": t} for _, x, t in chosen])
             ids = model(batch["audio"].to(device)).argmax(1).cpu()
             frames = batch["audio_lengths"] // self._stride(model)
+            skip = self.warmup // self._stride(model)
             for k, (kind, _, ref) in enumerate(chosen):
-                hyp = self.tok.greedy(ids[k, : frames[k]].tolist())
+                hyp = self.tok.greedy(ids[k, skip : frames[k]].tolist())
                 errs[kind][0] += edit_distance(hyp.split(), ref.split())
                 errs[kind][1] += len(ref.split())
                 cerrs += edit_distance(hyp, ref)
