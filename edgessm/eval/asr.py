@@ -12,7 +12,7 @@ Test sets (:func:`test_set`), none of them ever trained on:
 - ``real-stream``: the ``real-sentences`` joined into streams of ``STREAM_UTTERANCES`` with
   ``STREAM_PAUSE_S`` of silence between them, each scored as one utterance. The recogniser keeps its
   state across a stream as it does on a long file or a live microphone, while training utterances
-  start from a zero state and last at most 8 s; this set shows what that costs (compare its WER
+  start after 0.6 s of silence and last at most 8 s; this set shows what that costs (compare its WER
   with ``real-sentences``).
 
 Systems: ``ours`` (the graph, streamed in 100 ms blocks through :class:`~edgessm.runtime.transcriber.Transcriber`
