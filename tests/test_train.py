@@ -503,3 +503,26 @@ def test_denoise_word_streams_join_clean_words_of_training_speakers(tmp_path: Pa
     no_words = {**data, "word_sources": []}
     with pytest.raises(ValueError, match="word_sources"):
         DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": no_words}))._prepare()
+
+
+def test_validation_reports_recorded_speech_accuracy_on_its_own(sc_folder: Path) -> None:
+    """``accuracy_real`` counts only the groups' members (recorded clips); the score stays overall."""
+    from edgessm.train.tasks import build_task, classify_dataset
+
+    class Says(torch.nn.Module):  # predicts the class written in the first sample
+        def forward(self, audio: torch.Tensor) -> torch.Tensor:
+            return 10.0 * torch.nn.functional.one_hot(audio[:, 0, 0].long(), 3).float()
+
+    said, truth = [0, 1, 2, 2, 1, 0], [0, 1, 2, 0, 0, 1]  # right, right, right, wrong, wrong, wrong
+    ds = [{"audio": torch.full((1, 4), float(s)), "label": torch.tensor(t)} for s, t in zip(said, truth, strict=True)]
+
+    def collate(items):
+        return {"audio": torch.stack([i["audio"] for i in items]), "label": torch.stack([i["label"] for i in items])}
+
+    m = classify_dataset(Says(), ds, collate, "cpu", batch=4, groups={"real": [True, True, False, True]})
+    assert m["accuracy"] == m["score"] == 0.5
+    assert m["accuracy_real"] == 2 / 3  # items 0, 1 right, item 3 wrong; 2 and 4, 5 are not members
+    task = build_task(kws_config(sc_folder))
+    with torch.no_grad():
+        metrics = task.evaluate(task.build_model(), "cpu")
+    assert 0.0 <= metrics["accuracy_real"] <= 1.0  # every Speech Commands clip is recorded speech
