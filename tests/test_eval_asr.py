@@ -60,3 +60,16 @@ def test_joined_streams_keep_order_pauses_and_a_scored_whole(model) -> None:
     assert np.array_equal(streams[2].audio, utts[4].audio)
     res = asr.evaluate({"ours": asr.GraphRecognizer(model)}, streams, "toy-stream")["ours"]
     assert res.utterances == 3 and res.word_errors == 0  # one state across each stream, every word found
+
+
+def test_one_word_systems_say_at_most_one_word(model) -> None:
+    """On single-word sets both constrained systems are told a clip is one word."""
+    two = np.concatenate([pause(0.3), spoken("go up"), pause(0.3)])
+    loop = asr.GraphRecognizer(model, vocabulary=["go", "up", "no"])
+    one = asr.GraphRecognizer(model, vocabulary=["go", "up", "no"], one_word=True)
+    assert loop(two) == "go up"
+    assert len(one(two).split()) == 1  # which word depends on the toy graph's logits
+    assert one(np.concatenate([pause(0.3), spoken("up"), pause(0.3)])) == "up"
+    pytest.importorskip("pocketsphinx")
+    noise = np.random.default_rng(0).normal(0, 0.05, 32000).astype(np.float32)
+    assert len(asr.PocketSphinx(["yes", "no", "stop"], one_word=True)(noise).split()) <= 1

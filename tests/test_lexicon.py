@@ -71,3 +71,24 @@ def test_log_softmax_and_errors() -> None:
         LexiconDecoder(CHARS, ["route9"])
     with pytest.raises(ValueError, match="vocabulary is empty"):
         LexiconDecoder(CHARS, [" "])
+
+
+def test_one_word_decodes_a_single_word_of_the_list_or_nothing() -> None:
+    """Commands: "go stop" spoken into one segment is one word (the better-scored one), never two."""
+    words = ["go", "stop", "up"]
+    two = frames_for(spell("go stop"))
+    assert [w.text for w in LexiconDecoder(CHARS, words).decode(two)] == ["go", "stop"]
+    one = LexiconDecoder(CHARS, words, one_word=True)
+    found = one.decode(two)
+    assert len(found) == 1 and found[0].text in ("go", "stop")
+    assert [w.text for w in one.decode(frames_for(spell("up")))] == ["up"]
+    assert one.decode(frames_for([("_", 0.95)] * 20)) == []
+    # a word of the list wins over the misspelling greedy decoding makes
+    spec = spell("stop")
+    t = spec.index(("t", 0.8))
+    lp = frames_for(spec)
+    for f in (t, t + 1):
+        lp[:, f] = np.log(0.1 / (len(CHARS) - 2))
+        lp[0, f], lp[CHARS.index("t"), f] = np.log(0.5), np.log(0.4)
+    assert greedy(lp) == "sop"
+    assert [w.text for w in one.decode(lp)] == ["stop"]

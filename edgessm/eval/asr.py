@@ -19,7 +19,8 @@ Systems: ``ours`` (the graph, streamed in 100 ms blocks through :class:`~edgessm
 with greedy CTC), its int8 twin when it ships, ``pocketsphinx`` (its en-us acoustic model and general
 3-gram LM) and, on the closed-vocabulary sets, both told exactly the set's words: ``ours words`` (final
 results decoded over the vocabulary, ``transcribe --words``) and ``pocketsphinx grammar`` (a JSGF
-grammar: pocketsphinx's own turf).
+grammar: pocketsphinx's own turf). On the sets of single words both are told that too: one word per
+clip (``transcribe --words ... --one-word``; a grammar without the loop); on digit strings, one or more.
 
 Latency (:func:`latencies`): every sentence is fed as a live stream followed by silence; *first
 token* is the stream time from the speech onset to the first decoded character, *final* is the time
@@ -160,15 +161,17 @@ def vocabulary(name: str, utterances: Sequence[Utterance] = ()) -> list[str]:
 class GraphRecognizer:
     """Our exported graph, streamed in 100 ms blocks as a live input would be."""
 
-    def __init__(self, model, block_s: float = 0.1, vocabulary: Sequence[str] | None = None) -> None:
+    def __init__(self, model, block_s: float = 0.1, vocabulary: Sequence[str] | None = None,
+                 one_word: bool = False) -> None:  # fmt: skip
         self.model = model
         self.block = int(block_s * SAMPLE_RATE)
         self.vocabulary = list(vocabulary) if vocabulary else None
+        self.one_word = one_word
 
     def __call__(self, audio: np.ndarray) -> str:
         from edgessm.runtime.transcriber import Transcriber
 
-        rec = Transcriber(self.model, vocabulary=self.vocabulary)
+        rec = Transcriber(self.model, vocabulary=self.vocabulary, one_word=self.one_word)
         segs = []
         for pos in range(0, len(audio), self.block):
             segs += rec.accept_waveform(SAMPLE_RATE, audio[pos : pos + self.block])
@@ -177,16 +180,18 @@ class GraphRecognizer:
 
 
 class PocketSphinx:
-    """pocketsphinx 5 (its bundled en-us model): the general LM, or a JSGF grammar of ``words``."""
+    """pocketsphinx 5 (its bundled en-us model): the general LM, or a JSGF grammar of ``words``: one
+    or more of them, or exactly one with ``one_word`` (a loop over ~700 words takes ~1 min per clip)."""
 
-    def __init__(self, words: Sequence[str] | None = None) -> None:
+    def __init__(self, words: Sequence[str] | None = None, one_word: bool = False) -> None:
         try:
             from pocketsphinx import Decoder
         except ImportError as e:
             hint = "pip install -c constraints.txt '.[peers]'"
             raise RuntimeError(f"pocketsphinx is not installed ({e}); {hint}") from None
         if words:
-            grammar = f"#JSGF V1.0;\ngrammar words;\npublic <utt> = ( {' | '.join(words)} )+;\n"
+            loop = "" if one_word else "+"
+            grammar = f"#JSGF V1.0;\ngrammar words;\npublic <utt> = ( {' | '.join(words)} ){loop};\n"
             self.decoder = Decoder(samprate=SAMPLE_RATE, loglevel="FATAL")
             self.decoder.add_jsgf_string("words", grammar)
             self.decoder.activate_search("words")

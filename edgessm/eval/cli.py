@@ -219,9 +219,10 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
         these = dict(systems)
         if set_name in asr.CLOSED:  # both told the set's vocabulary (commands, digits): pocketsphinx's own turf
             words = asr.vocabulary(set_name, utts)
-            these[f"{name} words"] = asr.GraphRecognizer(model, vocabulary=words)
+            one = all(len(u.text.split()) == 1 for u in utts)  # single words: both told "one word per clip"
+            these[f"{name} words"] = asr.GraphRecognizer(model, vocabulary=words, one_word=one)
             if peers:
-                these["pocketsphinx grammar"] = asr.PocketSphinx(words)
+                these["pocketsphinx grammar"] = asr.PocketSphinx(words, one_word=one)
         results = asr.evaluate(these, utts, set_name, progress)
         report["sets"][set_name] = {n: r.summary() for n, r in results.items()}
         print(f"{set_name}: " + ", ".join(f"{n} WER {r.wer:.1%}" for n, r in results.items()), file=sys.stderr)

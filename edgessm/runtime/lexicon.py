@@ -5,6 +5,7 @@ spell anything ("tree" for "three"); this decoder finds the most probable *word 
 a Viterbi search over a word loop built from each word's CTC topology (blank, c1, blank, c2, ...,
 cL, blank; a repeated letter needs a blank between), joined by an optional space and leading or
 trailing silence (blank). ``word_bonus`` (log-probability per word) trades insertions for deletions.
+With ``one_word`` the loop is cut: a segment is one word of the list or nothing (one command per utterance).
 
     lex = LexiconDecoder(labels, ["yes", "no", "up", "down"])
     words = lex.decode(log_probs)          # (vocab, frames) log-softmax of the recognizer's logits
@@ -40,10 +41,11 @@ class LexiconDecoder:
         vocabulary: the words that may occur (their characters must all be labels).
         word_bonus: added per decoded word (> 0 favours more words).
         blank: index of the blank; ``space``: the label between words.
+        one_word: decode at most one word (silence, the word, silence).
     """
 
     def __init__(self, labels: Sequence[str], vocabulary: Sequence[str], word_bonus: float = 0.0, blank: int = 0,
-                 space: str = " ") -> None:  # fmt: skip
+                 space: str = " ", one_word: bool = False) -> None:  # fmt: skip
         index = {lab: i for i, lab in enumerate(labels)}
         words = sorted({w.strip().lower() for w in vocabulary if w.strip()})
         if not words:
@@ -54,6 +56,7 @@ class LexiconDecoder:
         if space not in index:
             raise ValueError(f"the labels have no word separator {space!r}")
         self.words, self.blank, self.space, self.word_bonus = words, blank, index[space], word_bonus
+        self.one_word = one_word
         # states: 0 = silence (blank before any word), 1 = space, then every word's 2L + 1 CTC states
         emit, word_of, pos_of, starts = [blank, self.space], [-1, -1], [-1, -1], []
         for k, w in enumerate(words):
@@ -100,13 +103,13 @@ class LexiconDecoder:
                 cand = np.where(ok, score[np.maximum(prev, 0)], NEG)
                 better = cand > best
                 best[better], arg[better] = cand[better], prev[better]
-            # the space follows a word's last letter or final blank (or another space frame)
-            ends = np.concatenate([self.last_letter, self.trailing])
-            j = int(ends[np.argmax(score[ends])])
-            if score[j] > best[1]:
-                best[1], arg[1] = score[j], j
-            # a word starts after silence, a space, or another word's final blank
-            gates = np.concatenate([[0, 1], self.trailing])
+            if not self.one_word:  # the space follows a word's last letter or final blank (or another space)
+                ends = np.concatenate([self.last_letter, self.trailing])
+                j = int(ends[np.argmax(score[ends])])
+                if score[j] > best[1]:
+                    best[1], arg[1] = score[j], j
+            # a word starts after silence, a space, or another word's final blank (one word: after silence)
+            gates = np.array([0]) if self.one_word else np.concatenate([[0, 1], self.trailing])
             g = int(gates[np.argmax(score[gates])])
             enter = score[g] + self.word_bonus
             better = enter > best[self.entries]

@@ -34,6 +34,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--words", metavar="LIST",
                     help="closed vocabulary: comma-separated words or @FILE (one per line); final results are the "
                          "most probable sequence of these words (commands, digits)")  # fmt: skip
+    ap.add_argument(
+        "--one-word",
+        action="store_true",
+        help="with --words: each result is exactly one of the words (a command per utterance)",
+    )
     ap.add_argument("--pause", type=float, default=0.8, metavar="S", help="a pause this long ends a segment")
     ap.add_argument("--max-segment", type=float, default=20.0, metavar="S", help="longest segment in seconds")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
@@ -101,14 +106,18 @@ def load_recognizer(args: argparse.Namespace):
     if args.pause <= 0 or args.max_segment <= 0:
         raise _fail("--pause and --max-segment must be positive (seconds)")
     vocabulary = read_words(args.words) if args.words else None
+    if args.one_word and not vocabulary:
+        raise _fail("--one-word needs --words (the words an utterance can be)")
     try:
         # files go through the model's graph for files (larger chunks, same transcript) when it has one
         model = StepModel(resolve_graph(args.model, int8=args.int8, files=not args.live), threads=args.threads)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
-        Transcriber(model, endpoint, vocabulary)  # refuse a non-recognizer or a bad vocabulary before any input
+        Transcriber(
+            model, endpoint, vocabulary, args.one_word
+        )  # refuse a non-recognizer or a bad vocabulary before any input
     except (NotARecognizer, FileNotFoundError, ValueError) as e:
         raise _fail(str(e)) from None
-    return lambda: Transcriber(model, endpoint, vocabulary)
+    return lambda: Transcriber(model, endpoint, vocabulary, args.one_word)
 
 
 def read_words(spec: str) -> list[str]:

@@ -35,10 +35,11 @@ class Transcriber:
         vocabulary: the words that can occur (commands, digits): a final segment is decoded again as
             the most probable sequence of these words (:class:`~edgessm.runtime.lexicon.LexiconDecoder`);
             partial results stay greedy. ``None``: open vocabulary (greedy best path).
+        one_word: with a vocabulary, every final segment is a single word of it (or dropped): commands.
     """
 
     def __init__(self, model: StepModel, endpoint: EndpointConfig | None = None,
-                 vocabulary: list[str] | None = None) -> None:  # fmt: skip
+                 vocabulary: list[str] | None = None, one_word: bool = False) -> None:  # fmt: skip
         info = model.info
         if info.task != "asr" or not info.labels:
             kind = info.task or "non-recognizer"
@@ -47,7 +48,9 @@ class Transcriber:
         self.stream = model.create_stream()
         self.decoder = CtcStreamDecoder(info.labels, info.stride / info.sample_rate, endpoint)
         self.first_text_s: float | None = None  # stream time at which the first character was decoded
-        self.lexicon = LexiconDecoder(info.labels, vocabulary) if vocabulary else None
+        if one_word and not vocabulary:
+            raise ValueError("one_word decoding needs a vocabulary (the words a segment can be)")
+        self.lexicon = LexiconDecoder(info.labels, vocabulary, one_word=one_word) if vocabulary else None
         self._frames: list[np.ndarray] = []  # logits since frame self._base (kept only with a vocabulary)
         self._base = 0
 
@@ -118,9 +121,10 @@ class Transcriber:
 
 
 def transcribe_audio(model: StepModel, audio: np.ndarray, sample_rate: int, endpoint: EndpointConfig | None = None,
-                     block_s: float = 1.0, vocabulary: list[str] | None = None) -> list[Segment]:  # fmt: skip
+                     block_s: float = 1.0, vocabulary: list[str] | None = None,
+                     one_word: bool = False) -> list[Segment]:  # fmt: skip
     """All final segments of a recording ``(T,)`` streamed through ``model`` ``block_s`` seconds at a time."""
-    rec = Transcriber(model, endpoint, vocabulary)
+    rec = Transcriber(model, endpoint, vocabulary, one_word)
     step = max(1, int(block_s * sample_rate))
     out: list[Segment] = []
     for pos in range(0, len(audio), step):
