@@ -223,3 +223,27 @@ def test_files_go_through_the_model_folders_file_graph(tmp_path) -> None:
     r = _cli(str(audio), "--model", str(folder))
     assert r.returncode == 0, r.stderr.decode()
     assert r.stdout.decode().splitlines() == ["one two", "three"]
+
+
+def test_the_state_starts_over_when_a_segment_ends_in_a_pause(graph) -> None:
+    """A pause that ends a segment restarts the network state at the next chunk (as every stream
+    starts), even inside one long block; a cut at ``max_segment_s`` in running speech keeps it, and
+    ``restart_in_pauses=False`` never restarts."""
+    model = StepModel(graph)  # the graph's state counts its calls (one per 20 ms chunk)
+    audio = np.concatenate([spoken("go"), pause(1.0), spoken("up"), pause(0.3)])
+    chunks = len(audio) // 320
+    rec = Transcriber(model)
+    segs = rec.accept_waveform(16000, audio)  # one block: the restart still lands in the pause
+    assert [s.text for s in segs] == ["go"] and rec.restarts == 1
+    silent_for = round(0.8 / 0.02)  # the endpointer's pause, in frames
+    restarted_at = 2 * 4 - 1 + silent_for  # "go": 2 characters of 3 frames + a blank; the pause counts from that blank
+    assert rec.stream.state[0].item() == chunks - restarted_at
+    assert [s.text for s in rec.finish()] == ["up"] and rec.restarts == 1  # the end of input is no pause
+    keep = Transcriber(model, restart_in_pauses=False)
+    assert [s.text for s in keep.accept_waveform(16000, audio) + keep.finish()] == ["go", "up"]
+    assert keep.restarts == 0 and keep.stream.state[0].item() == chunks
+    from edgessm.runtime.ctc import EndpointConfig
+
+    cut = Transcriber(model, EndpointConfig(max_segment_s=0.5))
+    segs = cut.accept_waveform(16000, spoken("go left stop go left stop")) + cut.finish()
+    assert len(segs) > 2 and cut.restarts == 0

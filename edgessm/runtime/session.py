@@ -141,6 +141,11 @@ class Stream:
         self.samples_in = 0  # samples accepted, at the graph's rate
         self.chunks_done = 0
 
+    def restart_state(self) -> None:
+        """Start the recurrent state over (the graph's initial state) for the chunks still to come;
+        buffered audio, resampler and clock carry on."""
+        self.state = self.model.initial_state()
+
     def accept_waveform(self, sample_rate: int, samples: np.ndarray) -> None:
         """Append mono float samples in [-1, 1] recorded at ``sample_rate``."""
         x = np.asarray(samples, np.float32).reshape(-1)

@@ -36,10 +36,14 @@ class Transcriber:
             the most probable sequence of these words (:class:`~edgessm.runtime.lexicon.LexiconDecoder`);
             partial results stay greedy. ``None``: open vocabulary (greedy best path).
         one_word: with a vocabulary, every final segment is a single word of it (or dropped): commands.
+        restart_in_pauses: when a segment ends in a pause, the network's state starts over from the
+            state it starts every stream with. Recognizers are trained on utterances that start
+            from silence; carried across minutes of speech their state drifts.
     """
 
     def __init__(self, model: StepModel, endpoint: EndpointConfig | None = None,
-                 vocabulary: list[str] | None = None, one_word: bool = False) -> None:  # fmt: skip
+                 vocabulary: list[str] | None = None, one_word: bool = False,
+                 restart_in_pauses: bool = True) -> None:  # fmt: skip
         info = model.info
         if info.task != "asr" or not info.labels:
             kind = info.task or "non-recognizer"
@@ -53,6 +57,8 @@ class Transcriber:
         self.lexicon = LexiconDecoder(info.labels, vocabulary, one_word=one_word) if vocabulary else None
         self._frames: list[np.ndarray] = []  # logits since frame self._base (kept only with a vocabulary)
         self._base = 0
+        self.restart_in_pauses = restart_in_pauses
+        self.restarts = 0  # times the state started over in a pause
 
     @property
     def heard_s(self) -> float:
@@ -60,14 +66,28 @@ class Transcriber:
         return self.stream.samples_in / self.model.info.sample_rate
 
     def accept_waveform(self, sample_rate: int, samples: np.ndarray) -> list[Segment]:
-        """Feed mono float samples in [-1, 1]; returns the segments that became final."""
-        self.stream.accept_waveform(sample_rate, samples)
-        return self._decode()
+        """Feed mono float samples in [-1, 1]; returns the segments that became final.
+
+        Fed about one graph chunk at a time and decoded in between, so that a restart in a pause
+        takes effect at the next chunk, not after the rest of a long block."""
+        x = np.asarray(samples, np.float32).reshape(-1)
+        if not np.isfinite(x).all():
+            raise ValueError("audio contains NaN or infinite samples")
+        info = self.model.info
+        step = max(1, info.chunk * sample_rate // info.sample_rate)
+        done: list[Segment] = []
+        for pos in range(0, max(1, len(x)), step):
+            self.stream.accept_waveform(sample_rate, x[pos : pos + step])
+            done += self._decode()
+        return done
 
     def _decode(self) -> list[Segment]:
         done: list[Segment] = []
         for logits in self.stream.outputs():
             segs = self.decoder.accept(logits)
+            if self.restart_in_pauses and segs and self._ended_in_pause(segs[-1]):
+                self.stream.restart_state()
+                self.restarts += 1
             if self.lexicon is not None:
                 self._frames.append(np.asarray(logits).reshape(len(self.decoder.labels), -1))
                 segs = [self._rescore(seg) for seg in segs]
@@ -76,6 +96,11 @@ class Transcriber:
             if self.first_text_s is None and (done or self.decoder.in_segment):
                 self.first_text_s = self.decoder.frame * self.decoder.frame_s
         return done
+
+    def _ended_in_pause(self, seg: Segment) -> bool:
+        """Whether ``seg`` was ended by the endpointer's pause (not cut at the longest segment)."""
+        now = self.decoder.frame * self.decoder.frame_s
+        return now - seg.end_s >= self.decoder.endpoint.trailing_silence_s - self.decoder.frame_s
 
     def _rescore(self, seg: Segment) -> Segment:
         """``seg`` decoded again over the vocabulary, from the buffered logits up to a little after its end."""
@@ -118,6 +143,7 @@ class Transcriber:
         self.decoder.reset()
         self.first_text_s = None
         self._frames, self._base = [], 0
+        self.restarts = 0
 
 
 def transcribe_audio(model: StepModel, audio: np.ndarray, sample_rate: int, endpoint: EndpointConfig | None = None,
