@@ -137,8 +137,12 @@ def test_streaming_context_and_sentence_negatives(sc_folder: Path, tmp_path: Pat
         assert np.isfinite(ex["audio"]).all()
     assert task._example("train", len(ds) - 1, np.random.default_rng(1))["label"] == unknown
     assert task._example("train", 0, np.random.default_rng(1))["label"] == task.items["train"][0][1]
-    # validation stays plain clips; the context is background, not silence, most of the time
-    assert task._example("validation", 0, None)["audio"].shape == (1, 8192)
+    # validation clips follow silence, the state exported graphs start every stream from
+    val = task._example("validation", 0, None)["audio"]
+    assert val.shape == (1, 4000 + 8192) and not val[0, :4000].any()
+    assert task.describe()["warmup_samples"] == 4000
+    assert "warmup_samples" not in build_task(kws_config(sc_folder)).describe()  # no context: zero state
+    # the context is background, not silence, most of the time
     loud = [np.sqrt(np.mean(task._context(4000, np.random.default_rng(k)) ** 2)) > 1e-3 for k in range(40)]
     assert 0.7 <= np.mean(loud) < 1.0
 

@@ -185,7 +185,7 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     meta = {"task": desc["network"], "labels": desc.get("labels", []), "model_name": name, **(metadata or {})}
-    if desc.get("warmup_samples"):  # streams start from the state after this much silence (CTC recogniser)
+    if desc.get("warmup_samples"):  # streams start from the state after this much silence (trained that way)
         meta["warmup_samples"] = str(desc["warmup_samples"])
     graph = folder / f"{name}.onnx"
     graphs = {graph: k_max}  # graph -> budget (None: not elastic)

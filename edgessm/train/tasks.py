@@ -206,7 +206,10 @@ class KwsTask(Task):
         return {**self.cfg.model, "num_classes": len(self.labels)}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "labels": self.labels, "clip_samples": self.data.clip_samples}
+        desc = {**super().describe(), "labels": self.labels, "clip_samples": self.data.clip_samples}
+        # trained with context, a network never starts a clip from the zero state: exported graphs
+        # start every stream after this much silence (graph metadata ``warmup_samples``), as validation does
+        return {**desc, "warmup_samples": self.data.context_samples} if self.data.context_samples else desc
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -265,10 +268,11 @@ class KwsTask(Task):
 
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
         ex = self._clip_example(split, index, rng)
-        if split == "train" and self.data.context_samples:
+        if self.data.context_samples:  # validation: after silence, as exported graphs start (describe())
             r = rng if rng is not None else item_rng(index)
             n = self.data.context_samples
-            ctx = self._context(n, r) if r.random() < self.data.context_prob else np.zeros(n, np.float32)
+            background = split == "train" and r.random() < self.data.context_prob
+            ctx = self._context(n, r) if background else np.zeros(n, np.float32)
             ex["audio"] = np.concatenate([ctx[None], ex["audio"]], axis=1)
         return ex
 
