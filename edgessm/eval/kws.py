@@ -1,7 +1,8 @@
 """Keyword-spotter evaluation on an exported stepwise graph (onnxruntime + numpy only).
 
 Clip accuracy: every clip is centred in one second of silence (the clip length the model was
-trained on), streamed through the graph from a zero state, and classified by the logits of the
+trained on), streamed through the graph from its start state (zeros, or after its warm-up
+silence), and classified by the logits of the
 last whole frame -- exactly the clip-training forward pass (the head's causal window over the
 clip). Sets:
 
@@ -59,7 +60,7 @@ def centred(x: np.ndarray, length: int = CLIP_SAMPLES) -> np.ndarray:
 
 
 def graph_logits(model: StepModel, audio: np.ndarray) -> np.ndarray:
-    """Frame logits ``(classes, frames)`` of ``audio (T,)`` streamed from a zero state.
+    """Frame logits ``(classes, frames)`` of ``audio (T,)`` streamed from the graph's start state.
 
     The tail is zero-padded to whole chunks; frames past ``T // stride`` are dropped.
     """
