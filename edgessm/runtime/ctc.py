@@ -79,11 +79,13 @@ class CtcStreamDecoder:
         self.blank = blank
         self.space = space
         self.frame = 0  # frames decoded since the start (or the last reset)
+        self.paused = False  # whether the last segment ``accept`` ended was ended by a pause
         self._s = _State()
 
     def reset(self) -> None:
         """Forget the current segment and restart the clock (a new stream)."""
         self.frame = 0
+        self.paused = False
         self._s = _State()
 
     def accept(self, logits: np.ndarray) -> list[Segment]:
@@ -101,6 +103,7 @@ class CtcStreamDecoder:
             s = self._s
             if s.start is not None and (s.silent >= trailing or self.frame - s.start >= longest):
                 done.append(self._segment(final=True))
+                self.paused = s.silent >= trailing
                 self._s = _State(prev=s.prev)
         return done
 

@@ -112,9 +112,8 @@ def load_recognizer(args: argparse.Namespace):
         # files go through the model's graph for files (larger chunks, same transcript) when it has one
         model = StepModel(resolve_graph(args.model, int8=args.int8, files=not args.live), threads=args.threads)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
-        Transcriber(
-            model, endpoint, vocabulary, args.one_word
-        )  # refuse a non-recognizer or a bad vocabulary before any input
+        # refuse a non-recognizer or a bad vocabulary before any input
+        Transcriber(model, endpoint, vocabulary, args.one_word)
     except (NotARecognizer, FileNotFoundError, ValueError) as e:
         raise _fail(str(e)) from None
     return lambda: Transcriber(model, endpoint, vocabulary, args.one_word)

@@ -85,7 +85,7 @@ class Transcriber:
         done: list[Segment] = []
         for logits in self.stream.outputs():
             segs = self.decoder.accept(logits)
-            if self.restart_in_pauses and segs and self._ended_in_pause(segs[-1]):
+            if self.restart_in_pauses and segs and self.decoder.paused:
                 self.stream.restart_state()
                 self.restarts += 1
             if self.lexicon is not None:
@@ -96,11 +96,6 @@ class Transcriber:
             if self.first_text_s is None and (done or self.decoder.in_segment):
                 self.first_text_s = self.decoder.frame * self.decoder.frame_s
         return done
-
-    def _ended_in_pause(self, seg: Segment) -> bool:
-        """Whether ``seg`` was ended by the endpointer's pause (not cut at the longest segment)."""
-        now = self.decoder.frame * self.decoder.frame_s
-        return now - seg.end_s >= self.decoder.endpoint.trailing_silence_s - self.decoder.frame_s
 
     def _rescore(self, seg: Segment) -> Segment:
         """``seg`` decoded again over the vocabulary, from the buffered logits up to a little after its end."""
