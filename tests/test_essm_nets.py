@@ -205,7 +205,7 @@ def test_shipped_elastic_recipe_is_in_the_kws_range() -> None:
         k: v for k, v in base.to_dict().items() if k != "model"
     }  # the kws recipe's data, augmentation, optimiser and schedule
     net = build_task(cfg).build_model()
-    assert net.k_max == 32 and net.stride == 256 and all(m.length == 64 for m in essm_layers(net))
+    assert net.k_max == 32 and net.stride == 320 and all(m.length == 64 for m in essm_layers(net))
     full = net.counts()
     assert 70_000 < full.params < 130_000 and 25e6 < full.flops * 16000 < 60e6
     net.budget = 2

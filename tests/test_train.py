@@ -147,6 +147,44 @@ def test_streaming_context_and_sentence_negatives(sc_folder: Path, tmp_path: Pat
     assert 0.7 <= np.mean(loud) < 1.0
 
 
+def test_recorded_clips_can_be_drawn_more_often(sc_folder: Path, tmp_path: Path) -> None:
+    """real_repeats = k: every recorded training clip is k positions of the pass, a synthetic one 1;
+    silence and hard negatives stay fractions of the whole pass."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task
+
+    rng = np.random.default_rng(0)
+    clips = []
+    for i in range(6):
+        path = tmp_path / "syn" / f"w{i}.wav"
+        write_audio(path, (0.1 * rng.standard_normal(8000)).astype(np.float32), 16000)
+        clips.append(Clip(str(path), speaker=f"v{i}", label="yes", split="train", source="synth:test"))
+    write_manifest(tmp_path / "syn" / "manifest.csv", clips)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'syn' / 'manifest.csv'}"]}
+    once = build_task(cfg)
+    cfg.data = {**cfg.data, "real_repeats": 3}
+    thrice = build_task(cfg)
+    base, ds = once.train_set(), thrice.train_set()
+    synth = sum(c.source.startswith("synth") for c, _ in thrice.items["train"])
+    real = len(thrice.items["train"]) - synth
+    assert synth == 6 and real > 0
+    n = 3 * real + synth
+    assert len(thrice.train_order) == n and len(ds) == n + thrice._n_silence(n) and len(base) < len(ds)
+    drawn = [thrice.train_order.count(i) for i in range(len(thrice.items["train"]))]
+    assert sorted(set(drawn)) == [1, 3]
+    for i, (c, _) in enumerate(thrice.items["train"]):
+        assert drawn[i] == (1 if c.source.startswith("synth") else 3)
+    k = thrice.train_order.index(len(thrice.items["train"]) - 1)  # the pass position of the last item
+    assert thrice._example("train", k, np.random.default_rng(0))["label"] == thrice.items["train"][-1][1]
+    cfg.data = {**cfg.data, "real_repeats": 0}
+    with pytest.raises(ValueError, match="real_repeats must be at least 1"):
+        build_task(cfg).train_set()
+
+
 def test_waveform_loss_goes_down(tmp_path: Path) -> None:
     clean, noise = clean_and_noise_folders(tmp_path / "data")
     cfg = TrainConfig.from_dict(

@@ -186,6 +186,9 @@ class KwsData:
     # hard negatives: this many ``_unknown_`` examples per keyword example, cut from keyword-free
     # sentences of the training voices (the speech a live listener hears most)
     sentence_negatives: float = 0.0
+    # every recorded (non-synthetic) training clip is drawn this many times per pass: the real speakers
+    # are what users sound like, and a uniform draw gives the synthetic voices most of the examples
+    real_repeats: int = 1
 
 
 class KwsTask(Task):
@@ -243,6 +246,11 @@ class KwsTask(Task):
                               "(the synthetic corpus has them: synth:default)")  # fmt: skip
         self.sentences = AudioStore(sentences) if wants_sentences else None
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
+        if self.data.real_repeats < 1:
+            raise ValueError(f"data.real_repeats must be at least 1, got {self.data.real_repeats}")
+        # the training pass in item order; recorded clips repeated (silence and hard negatives follow it)
+        self.train_order = [i for i, (c, _) in enumerate(splits["train"])
+                            for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
         self._prepared = True
 
     def _context(self, n: int, r: np.random.Generator) -> np.ndarray:
@@ -277,7 +285,7 @@ class KwsTask(Task):
         return ex
 
     def _clip_example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
-        n = len(self.items[split])
+        n = len(self.train_order) if split == "train" else len(self.items[split])
         length = self.data.clip_samples
         if index >= n + self._n_silence(n):  # a hard negative: a window of a keyword-free sentence
             r = rng if rng is not None else item_rng(index)
@@ -293,6 +301,8 @@ class KwsTask(Task):
             else:
                 x = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), length)
             return {"audio": x.astype(np.float32)[None], "label": self.labels.index(SILENCE)}
+        if split == "train":
+            index = self.train_order[index]
         offset = 0 if split == "train" else self.n_train
         clip_idx, label = offset + index, self.items[split][index][1]
         x = _crop_or_place(self.store[clip_idx], length, rng)
@@ -305,7 +315,7 @@ class KwsTask(Task):
 
     def train_set(self) -> torch.utils.data.Dataset:
         self._prepare()
-        n = len(self.items["train"])
+        n = len(self.train_order)
         negatives = round(n * self.data.sentence_negatives) if UNKNOWN in self.labels else 0
         return _Items(n + self._n_silence(n) + negatives, lambda i, rng: self._example("train", i, rng))
 
