@@ -20,8 +20,32 @@ def test_build_stream_places_keywords_at_the_requested_snr() -> None:
     p = places[0]
     seg = slice(int(p.start_s * 16000), int(p.end_s * 16000))
     added = mix[seg] - bg[seg]
-    snr = 20 * np.log10(np.sqrt(np.mean(added**2)) / np.sqrt(np.mean(bg[seg] ** 2)))
+    around = bg[seg.start - 16000 : seg.stop + 16000]  # the background over the word and 1 s either side
+    snr = 20 * np.log10(np.sqrt(np.mean(added**2)) / np.sqrt(np.mean(around**2)))
     assert snr == pytest.approx(10.0, abs=0.01)
+
+
+def test_keywords_in_pauses_are_scaled_to_the_speech_around_them_and_stay_audible() -> None:
+    """A keyword that lands in digital silence between background sentences is measured against the
+    background around it (+-1 s), and never placed below the speaking-level floor."""
+    rng = np.random.default_rng(1)
+    sr = 16000
+    bg = np.zeros(sr * 40, np.float32)
+    for start in range(0, 40, 4):  # 2 s of "speech" at -26 dBFS, then 2 s of digital silence
+        bg[start * sr : (start + 2) * sr] = 0.05 * np.sqrt(2) * np.sin(2 * np.pi * 220 * np.arange(2 * sr) / sr)
+    tone = np.sin(2 * np.pi * 1000 * np.arange(sr // 2) / sr).astype(np.float32)
+    mix, places = build_stream(bg, [("yes", tone)] * 8, rng, snr_db=(10.0, 10.0))
+    assert len(places) >= 4
+    for p in places:
+        seg = slice(int(p.start_s * sr), int(p.end_s * sr))
+        level = 20 * np.log10(np.sqrt(np.mean((mix[seg] - bg[seg]) ** 2)))
+        around = slice(max(0, seg.start - sr), seg.stop + sr)
+        expected = max(20 * np.log10(np.sqrt(np.mean(bg[around] ** 2))) + 10.0, -35.0)
+        assert level == pytest.approx(expected, abs=0.01) and level >= -35.01
+    quiet = np.full(sr * 10, 1e-5, np.float32)  # a silent room: the word sits at the floor, not 10 dB above -100
+    mix, places = build_stream(quiet, [("no", tone)], rng, snr_db=(10.0, 10.0), min_level_dbfs=-30.0)
+    seg = slice(int(places[0].start_s * sr), int(places[0].end_s * sr))
+    assert 20 * np.log10(np.sqrt(np.mean((mix[seg] - quiet[seg]) ** 2))) == pytest.approx(-30.0, abs=0.01)
 
 
 def test_scoring_hits_misses_false_accepts_and_time_error() -> None:

@@ -175,7 +175,8 @@ def keyword_streams(per_kind: int, seed: int = 0, kinds: Sequence[str] = backgro
     """One long stream per background kind with ``per_kind`` keywords at known times.
 
     Keywords are drawn without replacement, the 10 commands and the 25 other words alike, each
-    trimmed to its spoken part and mixed at 5-20 dB SNR against the local background, 2-5 s apart.
+    trimmed to its spoken part and mixed at 5-20 dB SNR against the background around it (and at
+    least -35 dBFS: :func:`~edgessm.eval.streams.build_stream`), 2-5 s apart.
     With ``source="synth-validation"`` keywords and speech backgrounds come from validation voices.
     """
     rng = np.random.default_rng(seed)

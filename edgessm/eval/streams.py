@@ -59,23 +59,29 @@ def _rms(x: np.ndarray) -> float:
 
 def build_stream(background: np.ndarray, keywords: Sequence[tuple[str, np.ndarray]], rng: np.random.Generator,
                  sr: int = 16000, gap_s: tuple[float, float] = (2.0, 5.0),
-                 snr_db: tuple[float, float] = (5.0, 20.0)) -> tuple[np.ndarray, list[Placement]]:  # fmt: skip
+                 snr_db: tuple[float, float] = (5.0, 20.0), around_s: float = 1.0,
+                 min_level_dbfs: float = -35.0) -> tuple[np.ndarray, list[Placement]]:  # fmt: skip
     """Mix ``keywords`` (label, clip) into ``background`` at random non-overlapping times.
 
-    Keywords are placed in order with a gap drawn from ``gap_s`` before each; each is scaled to an
-    SNR drawn from ``snr_db`` against the local background level. Placement stops when the stream
-    is full. Returns the mixture (same length as ``background``) and the placements made.
+    Keywords are placed in order with a gap drawn from ``gap_s`` before each. Each is scaled to an
+    SNR drawn from ``snr_db`` against the background around it (its span plus ``around_s`` on each
+    side, so a word that falls into a pause of background speech is measured against that speech,
+    not against the pause), and never below ``min_level_dbfs`` RMS: a person speaks a keyword at a
+    speaking level, however quiet the room, and an SNR against digital silence would make it
+    inaudible. Placement stops when the stream is full. Returns the mixture (same length as
+    ``background``; scaled down only if it would clip) and the placements made.
     """
     out = np.asarray(background, np.float32).copy()
     placements: list[Placement] = []
-    pos = 0
+    pos, pad = 0, int(around_s * sr)
+    floor = 10 ** (min_level_dbfs / 20)
     for label, clip in keywords:
         pos += int(rng.uniform(*gap_s) * sr)
         if pos + len(clip) > len(out):
             break
-        local = _rms(out[pos : pos + len(clip)])
-        gain = local * 10 ** (rng.uniform(*snr_db) / 20) / _rms(clip)
-        out[pos : pos + len(clip)] += gain * clip
+        local = _rms(out[max(0, pos - pad) : pos + len(clip) + pad])
+        level = max(local * 10 ** (rng.uniform(*snr_db) / 20), floor)
+        out[pos : pos + len(clip)] += (level / _rms(clip)) * clip
         placements.append(Placement(label, pos / sr, (pos + len(clip)) / sr))
         pos += len(clip)
     peak = float(np.abs(out).max())
