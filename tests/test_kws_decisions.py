@@ -40,6 +40,21 @@ def test_refractory_period_suppresses_repeats_and_chunking_does_not_matter() -> 
     assert chunked == whole
 
 
+def test_a_word_that_stays_above_threshold_past_the_refractory_period_fires_once() -> None:
+    """The head keeps a word in its 1 s window: its posterior can stay high for longer than the
+    refractory period. The decider re-arms only after the posterior has dropped below threshold."""
+    cfg = DecisionConfig(threshold=0.7, smooth_frames=2, refractory_s=0.5)
+    seq = ["_silence_"] * 10 + ["yes"] * 100 + ["_silence_"] * 10 + ["yes"] * 10 + ["no"] * 60
+    events = KeywordDecider(LABELS, FRAME, cfg).process(_logits(seq))
+    # 1.6 s of "yes" fire once (without re-arming: every 32 frames); the next "yes" follows a dip
+    # and fires; "no" dips the smoothed posterior as it takes over and fires once the refractory
+    # period after the second "yes" is over (frame 122 + 0.5 s)
+    assert [(e.label, round(e.time_s / FRAME)) for e in events] == [("yes", 12), ("yes", 122), ("no", 154)]
+    d = KeywordDecider(LABELS, FRAME, cfg)
+    chunked = [e for k in range(0, len(seq), 9) for e in d.process(_logits(seq[k : k + 9]))]
+    assert chunked == events
+
+
 def test_background_classes_and_low_confidence_never_fire() -> None:
     d = KeywordDecider(LABELS, FRAME)
     assert d.process(_logits(["_unknown_"] * 100 + ["_silence_"] * 100)) == []

@@ -2,7 +2,10 @@
 
 Per frame: softmax posteriors, a moving average over ``smooth_frames`` frames, then a keyword
 fires when its smoothed posterior crosses ``threshold`` and no keyword fired within the last
-``refractory_s`` seconds. Background classes (``_silence_``, ``_unknown_``) never fire. The
+``refractory_s`` seconds. After a detection the decider re-arms only once every keyword's smoothed
+posterior has fallen back below the threshold: a word stays in the head's one-second window, so
+its posterior can stay high for longer than the refractory period, and one word would fire twice.
+Background classes (``_silence_``, ``_unknown_``) never fire. The
 reported time is the end of the frame at which the smoothed posterior crossed the threshold (the
 model's head averages about a second of features, so this is shortly after the word ends).
 """
@@ -56,6 +59,7 @@ class KeywordDecider:
         self._window: deque[np.ndarray] = deque(maxlen=max(1, self.config.smooth_frames))
         self._frames = 0
         self._last_fire = -np.inf
+        self._armed = True
 
     def process(self, logits: np.ndarray) -> list[Detection]:
         """Consume frame logits ``(classes, frames)``; returns the detections they trigger."""
@@ -71,7 +75,9 @@ class KeywordDecider:
             smooth = np.mean(self._window, axis=0)
             t = self._frames * self.frame_s
             best = int(np.argmax(np.where(self.active, smooth, -1.0)))
-            if smooth[best] >= self.config.threshold and t - self._last_fire >= self.config.refractory_s:
+            if smooth[best] < self.config.threshold:
+                self._armed = True  # the last detection's word has left the window
+            elif self._armed and t - self._last_fire >= self.config.refractory_s:
                 events.append(Detection(self.labels[best], t, float(smooth[best])))
-                self._last_fire = t
+                self._last_fire, self._armed = t, False
         return events
