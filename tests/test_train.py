@@ -373,7 +373,7 @@ def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
         main(["train", str(cfg), "--out", str(tmp_path / "r"), "--device", "cpu", "--no-progress"])
 
 
-@pytest.mark.parametrize("name", ["kws", "denoise", "asr"])
+@pytest.mark.parametrize("name", ["kws", "kws_v1", "kws_es", "denoise", "asr"])
 def test_shipped_recipes_are_valid(name: str) -> None:
     from edgessm.data import augment
     from edgessm.data.corpora import shared_data_dir
