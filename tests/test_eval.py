@@ -153,3 +153,35 @@ def test_pick_threshold_takes_the_lowest_within_the_false_accept_budget() -> Non
     assert kws.pick_threshold(sweep, 0.5) == 0.7
     assert kws.pick_threshold(sweep, 0.0) == 0.9
     assert kws.pick_threshold(sweep[:1], 1.0) is None
+
+
+def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(monkeypatch, tmp_path) -> None:
+    """--choose-threshold picks the lowest threshold within --max-fa on validation streams, says so in
+    its table's heading, and with --out keeps the table and the choice beside the evaluation."""
+    import json
+
+    from edgessm.eval.cli import _choose_threshold
+
+    sr = 16000
+    audio = np.zeros(sr * 20, np.float32)
+    places = []
+    for start in (2.0, 8.0, 14.0):
+        audio[int(start * sr) : int((start + 0.5) * sr)] = 0.3
+        places.append(Placement("yes", start, start + 0.5))
+    free = np.zeros(sr * 36, np.float32)
+    free[sr * 10 : sr * 10 + 3 * 64] = 0.3  # 3 loud frames: a smoothed posterior of 3/4 at most
+    sources = []
+    monkeypatch.setattr(kws, "keyword_streams", lambda n, seed, source: sources.append(source) or
+                        [kws.StreamSet("noise", audio, places)])  # fmt: skip
+    monkeypatch.setattr(kws, "keyword_free_hour", lambda s, seed, src: [kws.StreamSet("noise", free, [])])
+    args = SimpleNamespace(thresholds="0.5,0.7,0.8,0.9", keywords_per_background=3, seed=0, keyword_free_hours=0.01,
+                           smooth=4, refractory=1.0, max_fa=0.5, out=str(tmp_path / "ev"))  # fmt: skip
+    assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 0
+    assert sources == ["synth-validation"]
+    md = (tmp_path / "ev" / "threshold-validation.md").read_text()
+    assert "synthetic validation voices" in md and "SC test" not in md
+    assert "chosen threshold: 0.8" in md  # 0.5 and 0.7 fire on the 3 loud frames of keyword-free audio
+    saved = json.loads((tmp_path / "ev" / "threshold-validation.json").read_text())
+    assert saved["chosen"] == 0.8 and saved["max_fa_per_hour"] == 0.5
+    args.thresholds, args.out = "0.5,0.6", None
+    assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 1  # nothing qualifies: exit status 1

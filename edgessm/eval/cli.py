@@ -320,10 +320,19 @@ def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
     free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 101, "synth-validation")
     cfg = DecisionConfig(thresholds[0], args.smooth, args.refractory)
     metrics = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
-    print(kws_markdown({"streams": metrics}))
+    metrics["keyword_source"] = "synth-validation"
     chosen = kws.pick_threshold(metrics["sweep"], args.max_fa)
     if chosen is None:
-        print(f"no swept threshold keeps false accepts within {args.max_fa}/h; sweep higher thresholds")
-        return 1
-    print(f"chosen threshold: {chosen} (lowest with <= {args.max_fa} false accepts/h on validation streams)")
-    return 0
+        verdict = f"no swept threshold keeps false accepts within {args.max_fa}/h; sweep higher thresholds"
+    else:
+        verdict = f"chosen threshold: {chosen} (lowest with <= {args.max_fa} false accepts/h on validation streams)"
+    md = kws_markdown({"streams": metrics}) + "\n" + verdict + "\n"
+    print(md, end="")
+    if args.out:  # the evidence for a graph's default threshold, kept beside its evaluation
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        report = {"threshold_validation": metrics, "max_fa_per_hour": args.max_fa, "chosen": chosen}
+        write_text(out / "threshold-validation.json", json.dumps(report, indent=1))
+        write_text(out / "threshold-validation.md", md)
+        print(f"wrote {out / 'threshold-validation.json'} and {out / 'threshold-validation.md'}", file=sys.stderr)
+    return 1 if chosen is None else 0

@@ -13,6 +13,13 @@ SET_NAMES = {
 }
 
 
+#: how a stream report names the source of its keywords (``stream_metrics(...)["keyword_source"]``)
+KEYWORD_SOURCES = {
+    "sc-test": "the SC test set",
+    "synth-validation": "the synthetic validation voices (validation streams, no test data)",
+}
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
@@ -46,7 +53,8 @@ def kws_markdown(report: dict) -> str:
         hours = streams["sweep"][0]["keyword_free_hours"]
         lines += [
             f"Streaming (smoothing {streams['smooth_frames']} frames, refractory {streams['refractory_s']} s; "
-            f"keywords from the SC test set in speech/music/noise backgrounds; false accepts on "
+            f"keywords from {KEYWORD_SOURCES[streams.get('keyword_source', 'sc-test')]} in speech/music/noise "
+            f"backgrounds; false accepts on "
             f"{hours:.2f} h of keyword-free audio):",
             "",
             "| threshold | detected | speech | music | noise | median time error | FA / hour | FA speech/music/noise |",
