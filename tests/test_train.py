@@ -147,6 +147,44 @@ def test_streaming_context_and_sentence_negatives(sc_folder: Path, tmp_path: Pat
     assert 0.7 <= np.mean(loud) < 1.0
 
 
+def test_sentence_babble_puts_keyword_free_speech_under_the_keywords(sc_folder: Path, tmp_path: Path) -> None:
+    """data.sentence_babble: the augmentation's babble source is the keyword-free sentences (here a
+    3 kHz tone, which the keyword clips do not have); without it there is no babble source at all."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task
+
+    t = np.arange(16000) / 16000
+    path = tmp_path / "sent" / "s0.wav"
+    write_audio(path, (0.3 * np.sin(2 * np.pi * 3000 * t)).astype(np.float32), 16000)
+    clips = [Clip(str(path), speaker="v0", text="the seal is sleeping", split="train", source="synth:test")]
+    write_manifest(tmp_path / "sent" / "manifest.csv", clips)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'sent' / 'manifest.csv'}"],
+                "sentence_babble": True}  # fmt: skip
+    babble_only = {"bank": 0.0, "colored": 0.0, "babble": 1.0, "babble_talkers": [1, 1]}
+    cfg.augment = {"shift_prob": 0.0, "reverb_prob": 0.0, "mic_prob": 0.0, "gain_prob": 0.0, "noise_prob": 1.0,
+                   "snr_db": [0.0, 0.0], "noise": babble_only}  # fmt: skip
+
+    def tone_share(audio: np.ndarray) -> float:
+        spec = np.abs(np.fft.rfft(audio.astype(np.float64))) ** 2
+        f = np.fft.rfftfreq(len(audio), 1 / 16000)
+        return float(spec[(f > 2950) & (f < 3050)].sum() / spec.sum())
+
+    task = build_task(cfg)
+    task.train_set()
+    ex = task._example("train", 0, np.random.default_rng(3))["audio"][0]
+    clean = task._clip_example("train", 0, None)["audio"][0]
+    assert tone_share(ex) > 0.2 and tone_share(clean) < 0.01  # at 0 dB SNR the talker is half the energy
+    cfg.data = {**cfg.data, "sentence_babble": False}
+    without = build_task(cfg)
+    without.train_set()
+    with pytest.raises(ValueError, match="no noise source available"):
+        without._example("train", 0, np.random.default_rng(3))
+
+
 def test_recorded_clips_can_be_drawn_more_often(sc_folder: Path, tmp_path: Path) -> None:
     """real_repeats = k: every recorded training clip is k positions of the pass, a synthetic one 1;
     silence and hard negatives stay fractions of the whole pass."""
