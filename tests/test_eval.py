@@ -112,13 +112,19 @@ class EnergyModel:
         return logits, state
 
 
-def test_stream_metrics_count_hits_time_errors_and_false_accepts() -> None:
-    sr = 16000
+def _three_loud_yeses(sr: int = 16000) -> tuple[np.ndarray, list[Placement]]:
+    """20 s of silence with three 0.5 s loud 'yes' bursts (at 2, 8 and 14 s) for :class:`EnergyModel`."""
     audio = np.zeros(sr * 20, np.float32)
     places = []
     for start in (2.0, 8.0, 14.0):
         audio[int(start * sr) : int((start + 0.5) * sr)] = 0.3
         places.append(Placement("yes", start, start + 0.5))
+    return audio, places
+
+
+def test_stream_metrics_count_hits_time_errors_and_false_accepts() -> None:
+    sr = 16000
+    audio, places = _three_loud_yeses(sr)
     noisy_free = np.zeros(sr * 36, np.float32)
     noisy_free[sr * 10 : sr * 10 + 12000] = 0.3  # one false accept in keyword-free audio
     streams = [kws.StreamSet("noise", audio, places)]
@@ -163,11 +169,7 @@ def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(mon
     from edgessm.eval.cli import _choose_threshold
 
     sr = 16000
-    audio = np.zeros(sr * 20, np.float32)
-    places = []
-    for start in (2.0, 8.0, 14.0):
-        audio[int(start * sr) : int((start + 0.5) * sr)] = 0.3
-        places.append(Placement("yes", start, start + 0.5))
+    audio, places = _three_loud_yeses(sr)
     free = np.zeros(sr * 36, np.float32)
     free[sr * 10 : sr * 10 + 3 * 64] = 0.3  # 3 loud frames: a smoothed posterior of 3/4 at most
     sources = []
