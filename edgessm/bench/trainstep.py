@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from edgessm.train.allocator import keep_freed_memory
 from edgessm.train.config import load_config
 from edgessm.train.tasks import build_task
 
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="another row: the recipe with these overrides (repeatable)")  # fmt: skip
     ap.add_argument("--batch", type=int, help="examples per step (default: the recipe's)")
     ap.add_argument("--seconds", type=float, help="audio per example (default: the recipe's segment length)")
+    ap.add_argument("--page-faults", action="store_true",
+                    help="leave glibc's default malloc thresholds (freed activations go back to the kernel and "
+                    "fault in again every step), to measure what edgessm.train.allocator saves")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per row (after one warm-up step)")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -82,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("trainstep: --repeats must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if not args.page_faults:
+        keep_freed_memory()  # as `edgessm train` does
     specs = [("recipe", list(args.set))]
     specs += [(vs, [*args.set, *(o.strip() for o in vs.split(";") if o.strip())]) for vs in args.vs]
     rows = [_row(args.recipe, overrides, label, args.batch, args.seconds) for label, overrides in specs]
