@@ -336,6 +336,7 @@ def test_eval_budget_sweep_writes_the_table_and_plot(es_folder, tmp_path, monkey
     rows = json.loads((out / "report.json").read_text())["budget_sweep"]["rows"]
     assert [r["budget"] for r in rows] == [4, 8] and all(r["clips"]["sc-test"]["clips"] == 5 for r in rows)
     assert all(0 < r["rtf"] < 10 for r in rows) and rows[0]["mflops_per_s"] < rows[1]["mflops_per_s"]
+    assert all(len(r["rtf_rounds"]) == 3 and r["rtf"] == sorted(r["rtf_rounds"])[1] for r in rows)  # median round
     assert (out / "report.md").read_text().startswith("| K |")
     assert (out / "budget_sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # ablations side by side on the same clips, and a subset of budgets

@@ -9,6 +9,7 @@ ablations: no gate, no budget dropout) can be swept alongside on the same clips.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from edgessm.runtime.session import StepModel
@@ -20,9 +21,14 @@ SHORT_SETS = {"sc-test": "SC test", "synth-test": "synth test", "fsdd": "FSDD"}
 
 
 def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_seconds: float = 20.0, threads: int = 1,
-          progress: kws.Progress = kws._no_progress, log=None) -> dict:  # fmt: skip
+          progress: kws.Progress = kws._no_progress, log=None, rtf_rounds: int = 3) -> dict:  # fmt: skip
     """``models``: ``(label, {K: graph})`` each. Returns ``{"sets", "rtf_seconds", "rows"}``, one row per
-    model and budget (``accuracy``/``sc12`` per set, ``rtf`` and latencies from a single-thread benchmark)."""
+    model and budget (``accuracy``/``sc12`` per set, ``rtf`` and latencies from a single-thread benchmark).
+
+    The speed of the graphs is measured after all accuracies, in ``rtf_rounds`` rounds that each stream
+    ``rtf_seconds / rtf_rounds`` of audio through every graph in turn; a row's ``rtf`` is the median of
+    its rounds (``rtf_rounds`` keeps them all), so a busy spell of the machine slows one round of every
+    graph alike instead of one graph."""
     from edgessm.bench.models import measure
 
     rows = []
@@ -50,13 +56,24 @@ def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_second
                     "sc12": res.sc12()["accuracy"],
                     "clips": len(res.refs),
                 }
-            if rtf_seconds > 0:
-                bench = measure(path, rtf_seconds, threads=1)
-                row.update(rtf=bench["rtf"], latency_ms_median=bench["latency_ms_median"], chunk=bench["chunk"])
             if log:
                 acc = ", ".join(f"{n} {100 * c['sc12']:.1f}% (12-class)" for n, c in row["clips"].items())
-                log(f"{label} K={k}: {acc or 'no clips'}" + (f", RTF {row['rtf']:.4f}" if "rtf" in row else ""))
+                log(f"{label} K={k}: {acc or 'no clips'}")
             rows.append(row)
+    if rtf_seconds > 0 and rows:
+        rounds = max(1, rtf_rounds)
+        for r in range(rounds):
+            for row in rows:
+                bench = measure(row["graph"], rtf_seconds / rounds, threads=1)
+                row.setdefault("rtf_rounds", []).append(bench["rtf"])
+                row.setdefault("_latency", []).append(bench["latency_ms_median"])
+                row["chunk"] = bench["chunk"]
+            if log:
+                log(f"speed round {r + 1}/{rounds}: " + ", ".join(f"{row['model']} K={row['budget']} "
+                                                                   f"{row['rtf_rounds'][-1]:.4f}" for row in rows))  # fmt: skip
+        for row in rows:
+            row["rtf"] = statistics.median(row["rtf_rounds"])
+            row["latency_ms_median"] = statistics.median(row.pop("_latency"))
     return {"sets": [s for s in sets if s not in skipped], "rtf_seconds": rtf_seconds, "rows": rows}
 
 
@@ -91,8 +108,10 @@ def sweep_markdown(report: dict) -> str:
     notes = [f"{SHORT_SETS.get(n, n)}: {SET_NAMES.get(n, n)}" for n in sets]
     chunks = sorted({r["chunk"] for r in report["rows"] if "chunk" in r})
     if chunks:
+        rounds = max((len(r.get("rtf_rounds", [])) for r in report["rows"]), default=1)
         notes.append(f"RTF: processing time / audio time, onnxruntime on one thread, {report['rtf_seconds']:g} s "
-                     f"of audio in {'/'.join(map(str, chunks))}-sample chunks")  # fmt: skip
+                     f"of audio in {'/'.join(map(str, chunks))}-sample chunks per graph, in {rounds} rounds "
+                     "that visit every graph in turn (the median round)")  # fmt: skip
     return "\n".join(lines + [""] + [f"- {n}" for n in notes] + [""])
 
 
@@ -110,18 +129,27 @@ def sweep_plot(report: dict, out: Path) -> Path | None:
     budgets = sorted({r["budget"] for r in rows})
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    several = len(models) > 1
+    markers = "osD^v"
     for i, m in enumerate(models):
         mine = sorted((r for r in rows if r["model"] == m), key=lambda r: r["budget"])
         ks = [r["budget"] for r in mine]
-        c = colors[i % len(colors)]
-        for name in report["sets"]:
+        for j, name in enumerate(report["sets"]):
+            # one model: a colour per set; several: a colour per model and a marker per set
+            c = colors[(i if several else j) % len(colors)]
+            mk = markers[j % len(markers)] if several else "o"
             short = SHORT_SETS.get(name, name)
+            prefix = f"{m}: " if several else ""
             sc12 = [100 * r["clips"][name]["sc12"] if name in r["clips"] else float("nan") for r in mine]
             exact = [100 * r["clips"][name]["accuracy"] if name in r["clips"] else float("nan") for r in mine]
-            ax.plot(ks, sc12, "o-", color=c, label=f"{m}: {short} 12-class")
-            ax.plot(ks, exact, "s--", color=c, alpha=0.6, label=f"{m}: {short} exact")
+            ax.plot(ks, sc12, mk + "-", color=c, label=f"{prefix}{short} 12-class")
+            ax.plot(ks, exact, mk + "--", color=c, alpha=0.5, mfc="none", label=f"{prefix}{short} exact")
         if all("rtf" in r for r in mine):
+            c = colors[i % len(colors)]
             bx.plot(ks, [r["rtf"] for r in mine], "o-", color=c, label=m)
+            if any(len(r.get("rtf_rounds", [])) > 1 for r in mine):  # every round, faint: the spread
+                for rk, r in zip(ks, mine, strict=True):
+                    bx.plot([rk] * len(r["rtf_rounds"]), r["rtf_rounds"], ".", color=c, alpha=0.35)
     for a in (ax, bx):
         a.set_xscale("log", base=2)
         a.set_xticks(budgets, [str(k) for k in budgets])
