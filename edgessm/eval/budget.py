@@ -69,8 +69,8 @@ def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_second
                 row.setdefault("_latency", []).append(bench["latency_ms_median"])
                 row["chunk"] = bench["chunk"]
             if log:
-                log(f"speed round {r + 1}/{rounds}: " + ", ".join(f"{row['model']} K={row['budget']} "
-                                                                   f"{row['rtf_rounds'][-1]:.4f}" for row in rows))  # fmt: skip
+                done = ", ".join(f"{row['model']} K={row['budget']} {row['rtf_rounds'][-1]:.4f}" for row in rows)
+                log(f"speed round {r + 1}/{rounds}: {done}")
         for row in rows:
             row["rtf"] = statistics.median(row["rtf_rounds"])
             row["latency_ms_median"] = statistics.median(row.pop("_latency"))
