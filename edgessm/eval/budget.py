@@ -26,9 +26,9 @@ def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_second
     model and budget (``accuracy``/``sc12`` per set, ``rtf`` and latencies from a single-thread benchmark).
 
     The speed of the graphs is measured after all accuracies, in ``rtf_rounds`` rounds that each stream
-    ``rtf_seconds / rtf_rounds`` of audio through every graph in turn; a row's ``rtf`` is the median of
-    its rounds (``rtf_rounds`` keeps them all), so a busy spell of the machine slows one round of every
-    graph alike instead of one graph."""
+    ``rtf_seconds / rtf_rounds`` of audio through every graph in turn, each round starting at another
+    graph; a row's ``rtf`` is the median of its rounds (``rtf_rounds`` keeps them all), so a busy spell
+    of the machine slows one round of every graph alike instead of one graph."""
     from edgessm.bench.models import measure
 
     rows = []
@@ -63,13 +63,14 @@ def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_second
     if rtf_seconds > 0 and rows:
         rounds = max(1, rtf_rounds)
         for r in range(rounds):
-            for row in rows:
+            shift = r * len(rows) // rounds  # each round starts at another graph: the first call of a round ran slow
+            for row in rows[shift:] + rows[:shift]:
                 bench = measure(row["graph"], rtf_seconds / rounds, threads=1)
                 row.setdefault("rtf_rounds", []).append(bench["rtf"])
                 row.setdefault("_latency", []).append(bench["latency_ms_median"])
                 row["chunk"] = bench["chunk"]
             if log:
-                done = ", ".join(f"{row['model']} K={row['budget']} {row['rtf_rounds'][-1]:.4f}" for row in rows)
+                done = ", ".join(f"{row['model']} K={row['budget']} {row['rtf_rounds'][r]:.4f}" for row in rows)
                 log(f"speed round {r + 1}/{rounds}: {done}")
         for row in rows:
             row["rtf"] = statistics.median(row["rtf_rounds"])
