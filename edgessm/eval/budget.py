@@ -93,15 +93,18 @@ def sweep_markdown(report: dict) -> str:
     """The sweep as a Markdown table: one row per model and budget."""
     sets = report["sets"]
     several = len({r["model"] for r in report["rows"]}) > 1
-    head = (["model"] if several else []) + ["K", "params", "MFLOP/s", "state (floats)", "RTF (1 thread)"]
+    timed = any("rtf" in r for r in report["rows"])  # no speed column when the sweep did not measure it
+    head = (["model"] if several else []) + ["K", "params", "MFLOP/s", "state (floats)"]
+    head += ["RTF (1 thread)"] if timed else []
     for name in sets:
         head += [f"{SHORT_SETS.get(name, name)} 12-class", f"{SHORT_SETS.get(name, name)} exact"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * several + ["---:"] * (len(head) - several)) + "|"]
     for r in report["rows"]:
         cells = [r["model"]] if several else []
-        cells += [str(r["budget"]), "-" if r["params"] is None else f"{r['params']:,}",
-                  "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}", f"{r['state_floats']:,}",
-                  f"{r['rtf']:.4f}" if "rtf" in r else "-"]  # fmt: skip
+        params = "-" if r["params"] is None else f"{r['params']:,}"
+        mflops = "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}"
+        cells += [str(r["budget"]), params, mflops, f"{r['state_floats']:,}"]
+        cells += [f"{r['rtf']:.4f}" if "rtf" in r else "-"] if timed else []
         for name in sets:
             c = r["clips"].get(name)
             cells += [_pct(c and c["sc12"]), _pct(c and c["accuracy"])]
@@ -128,7 +131,12 @@ def sweep_plot(report: dict, out: Path) -> Path | None:
     rows = report["rows"]
     models = list(dict.fromkeys(r["model"] for r in rows))
     budgets = sorted({r["budget"] for r in rows})
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    timed = any("rtf" in r for r in rows)  # the speed panel only when the sweep measured speed
+    if timed:
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    else:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        bx = None
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     several = len(models) > 1
     markers = "osD^v"
@@ -145,13 +153,13 @@ def sweep_plot(report: dict, out: Path) -> Path | None:
             exact = [100 * r["clips"][name]["accuracy"] if name in r["clips"] else float("nan") for r in mine]
             ax.plot(ks, sc12, mk + "-", color=c, label=f"{prefix}{short} 12-class")
             ax.plot(ks, exact, mk + "--", color=c, alpha=0.5, mfc="none", label=f"{prefix}{short} exact")
-        if all("rtf" in r for r in mine):
+        if bx is not None and all("rtf" in r for r in mine):
             c = colors[i % len(colors)]
             bx.plot(ks, [r["rtf"] for r in mine], "o-", color=c, label=m)
             if any(len(r.get("rtf_rounds", [])) > 1 for r in mine):  # every round, faint: the spread
                 for rk, r in zip(ks, mine, strict=True):
                     bx.plot([rk] * len(r["rtf_rounds"]), r["rtf_rounds"], ".", color=c, alpha=0.35)
-    for a in (ax, bx):
+    for a in (ax, bx) if bx is not None else (ax,):
         a.set_xscale("log", base=2)
         a.set_xticks(budgets, [str(k) for k in budgets])
         a.minorticks_off()
@@ -160,11 +168,12 @@ def sweep_plot(report: dict, out: Path) -> Path | None:
     ax.set_ylabel("clip accuracy (%)")
     ax.set_title("Accuracy vs budget")
     ax.legend(fontsize=7)
-    bx.set_ylabel("real-time factor (1 thread)")
-    bx.set_title("Speed vs budget")
-    bx.set_ylim(bottom=0)
-    if len(models) > 1:
-        bx.legend(fontsize=7)
+    if bx is not None:
+        bx.set_ylabel("real-time factor (1 thread)")
+        bx.set_title("Speed vs budget")
+        bx.set_ylim(bottom=0)
+        if len(models) > 1:
+            bx.legend(fontsize=7)
     fig.tight_layout()
     path = out / "budget_sweep.png"
     fig.savefig(path, dpi=110)
