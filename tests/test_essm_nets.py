@@ -141,6 +141,39 @@ def test_denoiser_takes_essm_blocks_and_bottleneck() -> None:
         assert rel_err(y, net(x)) < 1e-4
 
 
+def test_denoise_command_runs_an_elastic_denoiser_at_the_chosen_budget(tmp_path, capsys) -> None:
+    """``edgessm denoise --budget K`` streams the folder's budget-K graph: the file equals the PyTorch
+    network at budget K (and differs from the full budget)."""
+    from edgessm.cli import main
+    from edgessm.data.audio import load_audio, write_audio
+    from edgessm.deploy import package as pkg
+
+    cfg = {"channels": [4, 8], "states": [4, 8], "kinds": ["full", "essm"], "pools": [4, 4], "bottleneck_states": 8,
+           "n_bottleneck": 1, "bottleneck_kind": "essm", "essm_length": 16}  # fmt: skip
+    torch.manual_seed(0)
+    net = randomize(build_network("denoise", **cfg), seed=5, dynamics=False).eval()
+    folder = tmp_path / "tiny-dn-es"
+    pkg.package(net, {"network": "denoise", "config": cfg}, folder, folder.name, 16 * 16,
+                verify_audio=[_signal(16 * 16 * 8, seed=3)], budgets=[2])  # fmt: skip
+    x = _signal(16 * 16 * 12 + 100, seed=4)  # not a whole number of chunks
+    write_audio(tmp_path / "in.wav", x, 16000, subtype="FLOAT")
+    outs = {}
+    for k in (2, 8):
+        out = tmp_path / f"out{k}.wav"
+        assert main(["denoise", str(tmp_path / "in.wav"), str(out), "--model", str(folder), "--budget", str(k)]) == 0
+        outs[k] = load_audio(out)[0]
+        net.budget = k
+        xp = torch.from_numpy(np.pad(x, (0, -len(x) % 256))).view(1, 1, -1)
+        with torch.no_grad():
+            ref = net(xp)[0, 0].numpy()[: len(x)]
+        assert outs[k].shape == x.shape and np.abs(outs[k] - ref).max() < 1e-4
+    assert np.abs(outs[2] - outs[8]).max() > 1e-3  # the budget changed the computation
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match="no graph at budget 3"):
+        main(["denoise", str(tmp_path / "in.wav"), str(tmp_path / "o3.wav"), "--model", str(folder), "--budget", "3"])
+    assert not (tmp_path / "o3.wav").exists()
+
+
 # --- training budgets -------------------------------------------------------------------------------------------
 
 
