@@ -106,10 +106,12 @@ def export_onnx(model: nn.Module, path: str | os.PathLike, chunk: int, metadata:
         "sample_rate": "16000",
         "chunk": str(chunk),
         "stride": str(stride),
-        "latency_samples": str(chunk),
+        "latency_samples": str(chunk + int(getattr(model, "delay", 0))),
         "states": json.dumps([[name, list(shape)] for name, shape in shapes]),
         "weights_sha256": weights_hash(model),
     }
+    if getattr(model, "delay", 0):  # output sample t stands for input sample t - delay (runtimes compensate)
+        meta["delay_samples"] = str(int(model.delay))
     if hasattr(model, "counts"):
         counts = model.counts()
         meta["params"] = str(counts.params)

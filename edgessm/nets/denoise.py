@@ -29,6 +29,7 @@ from .backbone import WAVEFORM_RATE, BlockOptions
 
 @dataclass
 class HourglassConfig(BlockOptions):
+    arch: str = "hourglass"  # the denoiser's architecture (nets.ARCHS); "spectral" is nets/spectral.py
     channels: list[int] = field(default_factory=lambda: [8, 16, 32, 48, 64, 96])
     states: list[int] = field(default_factory=lambda: [4, 4, 16, 16, 32, 32])
     kinds: list[str] = field(

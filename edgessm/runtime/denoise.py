@@ -14,9 +14,11 @@ temporary file beside OUT that is renamed into place only when the whole input w
 Alignment: the hourglass network is causal and sample-aligned (trained with ``clean[t]`` as the
 target for ``noisy[t]``); its algorithmic latency (``latency_samples``, one chunk) is the time the
 stepwise graph waits for a chunk to fill, and the output it then emits stands for that same chunk,
-not a later one. So nothing is shifted: the zero padding of the last partial chunk is cut off,
-soxr's resamplers are delay-compensated (their flushed tails are drained), and the result is cut
-or padded to exactly the input's length.
+not a later one. A spectral denoiser answers ``delay_samples`` later (graph metadata: its output
+``t`` stands for input ``t - delay``, the overlap of its frames); its first ``delay`` output samples
+are dropped and ``delay`` zeros are fed at the end. Either way the zero padding of the last partial
+chunk is cut off, soxr's resamplers are delay-compensated (their flushed tails are drained), and the
+result is cut or padded to exactly the input's length.
 """
 
 from __future__ import annotations
@@ -118,6 +120,8 @@ class Denoiser:
         self._noisy = np.zeros((self.channels, 0), np.float32)  # input not yet matched by output (for the mix)
         self._ready = [np.zeros(0, np.float32) for _ in range(self.channels)]  # denoised, not yet returned
         self._graph_out = [0] * self.channels  # graph-rate output samples taken per channel
+        self.delay = model.info.delay_samples  # a delayed graph's first outputs stand for no input: dropped
+        self._skip = [self.delay] * self.channels
         self.frames_in = 0
         self.frames_out = 0
         self.busy_s = 0.0  # processing time
@@ -142,7 +146,7 @@ class Denoiser:
     def finish(self) -> np.ndarray:
         t0 = time.perf_counter()
         for c, stream in enumerate(self.streams):
-            stream.flush()
+            stream.flush(extra=self.delay)
             self._collect(c, last=True)
         y = self._emit(final=True)
         self.busy_s += time.perf_counter() - t0
@@ -153,8 +157,11 @@ class Denoiser:
         pieces = [np.asarray(o, np.float32).reshape(-1) for o in stream.outputs()]
         y = np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
         if last:  # the final chunk was zero-padded: keep the samples that stand for real input only
-            y = y[: max(0, stream.samples_in - self._graph_out[c])]
+            y = y[: max(0, stream.samples_in + self.delay - self._graph_out[c])]
         self._graph_out[c] += len(y)
+        if self._skip[c]:  # output t of a delayed graph is input t - delay: drop what precedes the input
+            k = min(self._skip[c], len(y))
+            y, self._skip[c] = y[k:], self._skip[c] - k
         if self._back[c] is not None:
             y = self._back[c].resample_chunk(y, last=last)
         if len(y):

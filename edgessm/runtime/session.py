@@ -27,6 +27,7 @@ class GraphInfo:
     weights_sha256: str
     extra: dict[str, str]
     warmup_samples: int = 0  # a new stream starts from the state after this much silence (0: zeros)
+    delay_samples: int = 0  # output sample t stands for input sample t - delay (a spectral denoiser's frame overlap)
 
 
 def read_info(session) -> GraphInfo:
@@ -48,6 +49,7 @@ def read_info(session) -> GraphInfo:
         weights_sha256=meta.get("weights_sha256", ""),
         extra=meta,
         warmup_samples=int(meta.get("warmup_samples", 0)),
+        delay_samples=int(meta.get("delay_samples", 0)),
     )
 
 
@@ -175,10 +177,15 @@ class Stream:
             self._pending.append(y)
             self.chunks_done += 1
 
-    def flush(self) -> None:
-        """Finish the stream: drain the resampler and zero-pad the last partial chunk."""
+    def flush(self, extra: int = 0) -> None:
+        """Finish the stream: drain the resampler, append ``extra`` graph-rate zeros (to bring out the
+        last ``delay_samples`` of a delayed graph) and zero-pad the last partial chunk. ``samples_in``
+        counts neither the padding nor ``extra``."""
         if self._resampler is not None:
             self._append(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+        if extra > 0:
+            self._append(np.zeros(extra, np.float32))
+            self.samples_in -= extra
         rest = len(self._buf)
         if rest:
             chunk = self.model.info.chunk

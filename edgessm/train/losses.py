@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor
 
+from edgessm.dsp import erb_filterbank, hz_to_erb
 
-def hz_to_erb(f: Tensor | float) -> Tensor:
-    """ERB-rate scale (Glasberg & Moore): ``21.4 log10(1 + 0.00437 f)``."""
-    return 21.4 * torch.log10(1 + 0.00437 * torch.as_tensor(f, dtype=torch.float64))
-
-
-@functools.lru_cache(maxsize=8)
-def erb_filterbank(n_fft: int = 512, n_bands: int = 32, sr: int = 16000) -> Tensor:
-    """Triangular filters equally spaced on the ERB scale: ``(n_bands, n_fft // 2 + 1)``, rows sum to 1."""
-    freqs = torch.linspace(0, sr / 2, n_fft // 2 + 1, dtype=torch.float64)
-    erb = hz_to_erb(freqs)
-    edges = torch.linspace(0, float(hz_to_erb(sr / 2)), n_bands + 2, dtype=torch.float64)
-    lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
-    fb = torch.clamp(torch.minimum((erb - lo) / (mid - lo), (hi - erb) / (hi - mid)), min=0)
-    fb = fb / fb.sum(-1, keepdim=True).clamp_min(1e-12)
-    return fb.float()
+__all__ = ["erb_filterbank", "erb_spectral_loss", "hz_to_erb", "si_sdr"]
 
 
 def erb_spectral_loss(est: Tensor, ref: Tensor, n_fft: int = 512, hop: int = 128, n_bands: int = 32,

@@ -404,6 +404,13 @@ class DenoiseData:
     min_dynamic_range_db: float = 30.0  # word clips with less are skipped: their own noise would be a target
 
 
+def _aligned(net: nn.Module, est: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
+    """``est`` and ``ref`` over the samples they share when ``net`` answers ``delay`` samples late
+    (output ``t`` stands for input ``t - delay``); unchanged for a sample-aligned network."""
+    delay = int(getattr(getattr(net, "module", net), "delay", 0))
+    return (est[..., delay:], ref[..., : ref.shape[-1] - delay]) if delay else (est, ref)
+
+
 class DenoiseTask(Task):
     """Waveform-to-waveform: SmoothL1 (beta 0.5) on waveforms + a ramped ERB spectral loss (App. E.2)."""
 
@@ -532,8 +539,7 @@ class DenoiseTask(Task):
         # rose). The model still sees and returns raw levels.
         noisy = batch["noisy"].float()
         scale = noisy.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-4)
-        est = net(batch["noisy"]).float() / scale
-        ref = batch["clean"].float() / scale
+        est, ref = _aligned(net, net(batch["noisy"]).float() / scale, batch["clean"].float() / scale)
         wave = F.smooth_l1_loss(est, ref, beta=0.5)
         spec = erb_spectral_loss(est[:, 0], ref[:, 0])
         w = self.data.spectral_weight * min(1.0, progress)
@@ -551,10 +557,10 @@ class DenoiseTask(Task):
             exs = [self._example("validation", int(i), None) for i in picks[start : start + 16]]
             noisy = torch.as_tensor(np.stack([e["noisy"] for e in exs]))
             ref = torch.as_tensor(np.stack([e["clean"][0] for e in exs]))
-            est = model(noisy.to(device))[:, 0].float().cpu()
-            s = si_sdr(est, ref)
+            est, ref_d = _aligned(model, model(noisy.to(device))[:, 0].float().cpu(), ref)
+            s = si_sdr(est, ref_d)
             sdrs += s.tolist()
-            gains += (s - si_sdr(noisy[:, 0], ref)).tolist()
+            gains += (s - si_sdr(*_aligned(model, noisy[:, 0], ref))).tolist()
         return {
             "si_sdr": float(np.mean(sdrs)),
             "si_sdr_improvement": float(np.mean(gains)),

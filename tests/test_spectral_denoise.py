@@ -1,0 +1,114 @@
+"""The spectral-mask denoiser (``arch = "spectral"``): exact streaming, perfect reconstruction at unit
+gains, its one-hop delay through export, ``edgessm denoise`` and training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import randomize
+
+from edgessm.nets import SpectralDenoiser, build_network
+from edgessm.ssm.stream import run_chunked
+
+SMALL = {"arch": "spectral", "hop": 32, "bands": 8, "fine_bins": 4, "channels": [8, 8], "states": [4, 4],
+         "kinds": ["bottleneck", "pointwise"]}  # fmt: skip
+
+
+def _net(seed: int = 1, **over) -> SpectralDenoiser:
+    torch.manual_seed(0)
+    return randomize(build_network("denoise", **{**SMALL, **over}), seed=seed, dynamics=False).eval()
+
+
+def test_arch_picks_the_network_and_unknown_ones_are_refused() -> None:
+    assert isinstance(build_network("denoise", **SMALL), SpectralDenoiser)
+    assert type(build_network("denoise", channels=[4, 8], states=[4, 4], kinds=["full", "pointwise"],
+                              pools=[4, 4], bottleneck_states=8, n_bottleneck=1)).__name__ == "Hourglass"  # fmt: skip
+    with pytest.raises(ValueError, match="unknown denoise arch 'unet'; choose one of hourglass, spectral"):
+        build_network("denoise", arch="unet")
+    with pytest.raises(ValueError, match="fine_bins must be in"):
+        build_network("denoise", **{**SMALL, "fine_bins": 40})
+
+
+def test_stream_equals_parallel_for_any_chunking() -> None:
+    net = _net()
+    x = 0.1 * torch.randn(2, 1, 32 * 60)
+    with torch.no_grad():
+        y = net(x)
+        for sizes in ([32] * 60, [32 * k for k in (7, 1, 20, 2, 30)], [32 * 60]):
+            ys, _ = run_chunked(net, x, sizes)
+            assert (ys - y).abs().max() < 1e-6
+    assert y.abs().max() > 1e-3  # not silence
+
+
+def test_unit_gains_reconstruct_the_input_one_hop_late() -> None:
+    net = _net()
+    with torch.no_grad():
+        net.head.weight.zero_()
+        net.head.bias.fill_(40.0)  # sigmoid(40) = 1 in float32
+        x = 0.2 * torch.randn(1, 1, 32 * 40)
+        y = net(x)
+    assert net.delay == 32
+    assert y[..., :32].abs().max() < 1e-6  # before the input: nothing
+    assert (y[..., 32:] - x[..., :-32]).abs().max() < 1e-5
+
+
+def test_gains_are_in_the_unit_interval_and_attenuate() -> None:
+    net = _net()
+    with torch.no_grad():
+        net.head.bias.fill_(-40.0)  # gains 0: silence out
+        net.head.weight.zero_()
+        assert net(0.3 * torch.randn(1, 1, 32 * 20)).abs().max() < 1e-6
+    cfg = build_network("denoise", arch="spectral")
+    assert torch.sigmoid(torch.tensor(cfg.cfg.gain_bias)) > 0.9  # a new network starts near the identity
+
+
+def test_export_and_the_denoise_command_compensate_the_delay(tmp_path) -> None:
+    """The graph carries ``delay_samples``; ``edgessm denoise`` drops it, so the file is aligned with its
+    input: out[t] = net(x)[t + hop], to the last sample, at 16 kHz and through resampling."""
+    import soundfile as sf
+    import soxr
+
+    from edgessm.cli import main
+    from edgessm.deploy.onnx_export import export_onnx
+    from edgessm.runtime.session import StepModel
+
+    net = _net()
+    path = tmp_path / "spec.onnx"
+    export_onnx(net, path, 64, {"task": "denoise"})
+    info = StepModel(path).info
+    assert info.delay_samples == 32 and info.latency_samples == 64 + 32
+    x = (0.1 * np.random.default_rng(0).normal(size=64 * 30 + 17)).astype(np.float32)
+    sf.write(tmp_path / "in.wav", x, 16000, subtype="FLOAT")
+    assert main(["denoise", str(tmp_path / "in.wav"), str(tmp_path / "out.wav"), "--model", str(path)]) == 0
+    y, rate = sf.read(tmp_path / "out.wav", dtype="float32")
+    padded = np.concatenate([x, np.zeros(-(len(x) + 32) % 64 + 32, np.float32)])
+    with torch.no_grad():
+        ref = net(torch.from_numpy(padded).view(1, 1, -1))[0, 0].numpy()[32 : 32 + len(x)]
+    assert rate == 16000 and y.shape == x.shape
+    assert np.abs(y - ref).max() < 1e-4
+    # at 44.1 kHz the same network runs between two resamplers, still aligned with the input
+    x44 = soxr.resample(x, 16000, 44100, quality="HQ")
+    sf.write(tmp_path / "in44.wav", x44, 44100, subtype="FLOAT")
+    assert main(["denoise", str(tmp_path / "in44.wav"), str(tmp_path / "out44.wav"), "--model", str(path)]) == 0
+    y44, _ = sf.read(tmp_path / "out44.wav", dtype="float32")
+    back = soxr.resample(y44, 44100, 16000, quality="HQ")[: len(ref)]
+    n = min(len(back), len(ref)) - 200
+    lag = np.argmax(np.correlate(back[200:n], ref[200 - 8 : n + 8], mode="valid")) - 8
+    assert y44.shape == x44.shape and lag == 0
+
+
+def test_training_loss_compares_each_output_with_the_input_it_stands_for() -> None:
+    """A network at the identity (unit gains) scores a perfect SI-SDR against the clean target when the
+    target is the input: the task aligns output t with target t - delay."""
+    from edgessm.train.losses import si_sdr
+    from edgessm.train.tasks import _aligned
+
+    net = _net()
+    with torch.no_grad():
+        net.head.weight.zero_()
+        net.head.bias.fill_(40.0)
+        x = 0.2 * torch.randn(2, 1, 32 * 30)
+        est, ref = _aligned(net, net(x), x)
+    assert est.shape[-1] == ref.shape[-1] == 32 * 29
+    assert si_sdr(est[:, 0], ref[:, 0]).min() > 80
