@@ -555,6 +555,26 @@ def test_denoise_validation_streams_joined_clips(tmp_path: Path) -> None:
     assert task._example("train", 0, np.random.default_rng(0))["noisy"].shape == (1, 4096)
 
 
+def test_denoise_validation_of_a_delayed_network_compares_aligned_samples(tmp_path: Path) -> None:
+    """A spectral denoiser at unit gains returns its input one hop late: validation must score it as
+    the input itself (improvement 0 dB), not as a shifted signal (a large loss) or against a shifted
+    input (a large gain)."""
+    from edgessm.nets import build_network
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    data = {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "val_noise_holdout": ["hum.wav"],
+            "validation_pct": 50.0, "segment_samples": 4096, "val_samples": 32000, "val_items": 4}  # fmt: skip
+    task = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": data}))
+    net = build_network("denoise", arch="spectral", channels=[8], states=[4], kinds=["pointwise"], bands=8,
+                        fine_bins=0).eval()  # fmt: skip
+    with torch.no_grad():
+        net.head.weight.zero_()
+        net.head.bias.fill_(40.0)
+        metrics = task.evaluate(net, "cpu")
+    assert abs(metrics["si_sdr_improvement"]) < 0.01
+
+
 def test_denoise_word_streams_join_clean_words_of_training_speakers(tmp_path: Path) -> None:
     import numpy as np
 
