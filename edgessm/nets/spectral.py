@@ -127,9 +127,10 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         return (first + previous).reshape(b, 1, m * hop), second[:, -1:].reshape(b, 1, hop)
 
     def _run(self, x: Tensor, state: State | None) -> tuple[Tensor, State]:
-        b = int(x.shape[0])
-        zeros = x.new_zeros(b, 1, self.hop)
-        history, tail = (zeros, zeros) if state is None else (state[0], state[-1])
+        if state is None:  # the parallel path starts from silence, as a fresh stream does
+            history = tail = x.new_zeros(int(x.shape[0]), 1, self.hop)
+        else:
+            history, tail = state[0], state[-1]
         frames, history = self._frames(x, history)
         spec = frames @ self.analysis  # (B, m, 2 bins)
         h = self._features(spec)

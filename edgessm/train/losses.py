@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from edgessm.dsp import erb_filterbank, hz_to_erb
-
-__all__ = ["erb_filterbank", "erb_spectral_loss", "hz_to_erb", "si_sdr"]
+from edgessm.dsp import erb_filterbank
 
 
 def erb_spectral_loss(est: Tensor, ref: Tensor, n_fft: int = 512, hop: int = 128, n_bands: int = 32,
