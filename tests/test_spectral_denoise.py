@@ -30,8 +30,9 @@ def test_arch_picks_the_network_and_unknown_ones_are_refused() -> None:
         build_network("denoise", **{**SMALL, "fine_bins": 40})
 
 
-def test_stream_equals_parallel_for_any_chunking() -> None:
-    net = _net()
+@pytest.mark.parametrize("over", [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}])
+def test_stream_equals_parallel_for_any_chunking(over: dict) -> None:
+    net = _net(**over)
     x = 0.1 * torch.randn(2, 1, 32 * 60)
     with torch.no_grad():
         y = net(x)
@@ -112,3 +113,18 @@ def test_training_loss_compares_each_output_with_the_input_it_stands_for() -> No
         est, ref = _aligned(net, net(x), x)
     assert est.shape[-1] == ref.shape[-1] == 32 * 29
     assert si_sdr(est[:, 0], ref[:, 0]).min() > 80
+
+
+def test_multires_loss_scores_magnitudes_not_phase() -> None:
+    """Zero for the reference itself, positive for a quieter copy, and (magnitude term only) blind to a
+    sign flip, which only the complex term sees."""
+    from edgessm.train.losses import multires_spectral_loss
+
+    ref = 0.1 * torch.randn(2, 4096)
+    assert float(multires_spectral_loss(ref, ref)) == pytest.approx(0.0, abs=1e-10)
+    assert float(multires_spectral_loss(0.5 * ref, ref)) > 1e-4
+    assert float(multires_spectral_loss(-ref, ref)) == pytest.approx(0.0, abs=1e-10)
+    assert float(multires_spectral_loss(-ref, ref, complex_weight=1.0)) > 1e-3
+    est = (0.5 * ref).requires_grad_()
+    multires_spectral_loss(est, ref, ffts=(256,)).backward()
+    assert torch.isfinite(est.grad).all() and est.grad.abs().sum() > 0

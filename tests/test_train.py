@@ -662,3 +662,30 @@ def test_training_steps_reuse_freed_activations_without_page_faults() -> None:
     default = faults("default")
     assert default > 150_000
     assert faults("keep") < default / 4
+
+
+def test_denoise_real_repeats_draws_recorded_clips_more_often(tmp_path: Path) -> None:
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    rows = ["path,speaker,label,text,split,source"]
+    for i, wav in enumerate(sorted(clean.rglob("*.wav"))):
+        rows.append(f"{wav},spk{i % 3},x,a b c,{'validation' if i < 2 else 'train'},{'synth:espeak' if i % 2 else 't'}")
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("\n".join(rows) + "\n")
+    data = {"sources": [f"manifest:{manifest}"], "noise": [f"noise:{noise}"], "val_noise_holdout": ["hum.wav"]}
+
+    def task(**over):
+        t = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": {**data, **over}}))
+        t._prepare()
+        return t
+
+    once, thrice = task(), task(real_repeats=3)
+    recorded = sum(not c.source.startswith("synth") for c in once.train_clips)
+    assert 0 < recorded < len(once.train_clips)
+    assert len(once.train_set()) == len(once.train_clips)
+    assert len(thrice.train_set()) == len(once.train_clips) + 2 * recorded
+    counts = [thrice.train_order.count(i) for i in range(len(thrice.train_clips))]
+    assert counts == [1 if c.source.startswith("synth") else 3 for c in thrice.train_clips]
+    with pytest.raises(ValueError, match="real_repeats"):
+        task(real_repeats=0)

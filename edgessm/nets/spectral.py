@@ -48,6 +48,11 @@ class SpectralDenoiserConfig(BlockOptions):
     dropout: float = 0.0
     floor: float = 1e-10  # added to powers before the log (digital silence -> log(floor))
     gain_bias: float = 3.0  # initial gain logit: sigmoid(3) = 0.95, so training starts near the identity
+    # Initial step sizes of the blocks' modes, in frames: a mode of Δ decays over ~2/Δ frames. The paper's
+    # waveform range (1e-3..1e-1) is 0.2-20 s at 100 frames/s; a mask must also follow 20-50 ms onsets.
+    dt_min: float = 1e-3
+    dt_max: float = 1e-1
+    pre_conv: int = 0  # causal depthwise Conv1d over this many frames before each SSM (0: none)
 
 
 class SpectralDenoiser(ElasticBudget, Streamable):
@@ -80,8 +85,11 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         self.blocks = nn.ModuleList()
         for i, kind in enumerate(cfg.kinds):
             kw = cfg.block_kwargs(kind, rate)
+            if kind != "essm":
+                kw.update(dt_min=cfg.dt_min, dt_max=cfg.dt_max)
             self.blocks.append(
-                CentaurusBlock(kind, widths[i], widths[i + 1], cfg.states[i], cfg.n_sub, dropout=cfg.dropout, **kw)
+                CentaurusBlock(kind, widths[i], widths[i + 1], cfg.states[i], cfg.n_sub, pre_conv=cfg.pre_conv,
+                               dropout=cfg.dropout, **kw)
             )
         self.head = nn.Conv1d(widths[-1], cfg.bands + cfg.fine_bins, 1)
         with torch.no_grad():

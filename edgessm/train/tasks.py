@@ -38,7 +38,7 @@ from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords
 from edgessm.nets import build_network
 
 from .config import TrainConfig
-from .losses import erb_spectral_loss, si_sdr
+from .losses import erb_spectral_loss, multires_spectral_loss, si_sdr
 from .sampler import item_rng
 
 _SHARED = {
@@ -391,6 +391,15 @@ class DenoiseData:
     val_noise_holdout: tuple[str, ...] = ("running_tap.wav",)
     test_noise_holdout: tuple[str, ...] = ("dude_miaowing.wav",)  # never mixed in training or validation
     spectral_weight: float = 1.0  # the ERB spectral loss weight ramps from 0 to this over training
+    wave_weight: float = 1.0  # weight of the SmoothL1 waveform term
+    # Multi-resolution STFT loss (MSE of power-compressed magnitudes, optionally of compressed complex
+    # spectra too), at full weight from the start. A real-valued mask scored on waveforms is pulled below
+    # |S|/|X| wherever the noise turns the phase (the waveform-optimal gain is the phase-sensitive one):
+    # audible speech loss. Scored on magnitudes, the optimum is the magnitude ratio.
+    mr_weight: float = 0.0
+    mr_ffts: tuple[int, ...] = (256, 512, 1024)
+    mr_complex: float = 0.0  # weight of the compressed complex term inside the multi-resolution loss
+    real_repeats: int = 1  # every recorded (non-synthetic) clean clip is drawn this many times per pass
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
     min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
     val_samples: int = 0  # validation length (0: segment_samples); longer ones join consecutive clips, as a stream
@@ -437,6 +446,11 @@ class DenoiseTask(Task):
         if not train:
             raise CorpusError("no clean training speech found in the data sources")
         self.train_clips, self.val_clips = train, val
+        if self.data.real_repeats < 1:
+            raise ValueError(f"data.real_repeats must be at least 1, got {self.data.real_repeats}")
+        # the order of one training pass: recorded clips repeated, synthetic voices once
+        self.train_order = [i for i, c in enumerate(train)
+                            for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
         self.clean = AudioStore([c.path for c in train + val], progress=True)
         self.words, self.word_index, self.word_spans = None, [], []
         if self.data.word_stream_prob > 0:
@@ -503,7 +517,7 @@ class DenoiseTask(Task):
             if self.words is not None and r.random() < self.data.word_stream_prob:
                 clean = self._word_stream(self.data.segment_samples, r)
             else:  # short clips sit at a random place in silence: the model must keep silence silent
-                clean = _crop_or_place(self.clean[index], self.data.segment_samples, r)
+                clean = _crop_or_place(self.clean[self.train_order[index]], self.data.segment_samples, r)
             noisy, target = self.augment(clean, r)
         else:
             length = self.data.val_samples or self.data.segment_samples
@@ -526,7 +540,7 @@ class DenoiseTask(Task):
 
     def train_set(self):
         self._prepare()
-        return _Items(len(self.train_clips), lambda i, rng: self._example("train", i, rng))
+        return _Items(len(self.train_order), lambda i, rng: self._example("train", i, rng))
 
     def has_validation(self) -> bool:
         self._prepare()
@@ -543,7 +557,13 @@ class DenoiseTask(Task):
         wave = F.smooth_l1_loss(est, ref, beta=0.5)
         spec = erb_spectral_loss(est[:, 0], ref[:, 0])
         w = self.data.spectral_weight * min(1.0, progress)
-        return wave + w * spec, {"wave": float(wave.detach()), "spec": float(spec.detach())}
+        total = self.data.wave_weight * wave + w * spec
+        parts = {"wave": float(wave.detach()), "spec": float(spec.detach())}
+        if self.data.mr_weight:
+            mr = multires_spectral_loss(est[:, 0], ref[:, 0], self.data.mr_ffts, complex_weight=self.data.mr_complex)
+            total = total + self.data.mr_weight * mr
+            parts["mr"] = float(mr.detach())
+        return total, parts
 
     def evaluate(self, model, device, max_batches=0):
         """Mean SI-SDR and its improvement over the noisy input on validation pairs, in batches of 16;
