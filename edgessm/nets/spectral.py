@@ -87,10 +87,9 @@ class SpectralDenoiser(ElasticBudget, Streamable):
             kw = cfg.block_kwargs(kind, rate)
             if kind != "essm":
                 kw.update(dt_min=cfg.dt_min, dt_max=cfg.dt_max)
-            self.blocks.append(
-                CentaurusBlock(kind, widths[i], widths[i + 1], cfg.states[i], cfg.n_sub, pre_conv=cfg.pre_conv,
-                               dropout=cfg.dropout, **kw)
-            )
+            block = CentaurusBlock(kind, widths[i], widths[i + 1], cfg.states[i], cfg.n_sub, pre_conv=cfg.pre_conv,
+                                   dropout=cfg.dropout, **kw)  # fmt: skip
+            self.blocks.append(block)
         self.head = nn.Conv1d(widths[-1], cfg.bands + cfg.fine_bins, 1)
         with torch.no_grad():
             self.head.weight.mul_(0.1)
