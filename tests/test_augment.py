@@ -523,3 +523,29 @@ def test_hum_clicks_and_music_are_reproducible_at_their_level_and_drawn_by_weigh
     r = np.random.default_rng(2)
     r.random()  # the source choice
     assert np.array_equal(x, hum_clicks(16000, r))
+
+
+def test_speed_scales_pitch_and_keeps_length_and_word_position() -> None:
+    from edgessm.data.augment import random_speed, speed
+
+    t = np.arange(16000) / 16000
+    word = np.where((t > 0.3) & (t < 0.6), np.sin(2 * np.pi * 500 * t), 0.0).astype(np.float32)
+
+    def peak_hz(x: np.ndarray) -> float:
+        return float(np.argmax(np.abs(np.fft.rfft(x)))) * 16000 / len(x)
+
+    def centroid(x: np.ndarray) -> float:
+        e = x.astype(np.float64) ** 2
+        return float(np.sum(np.arange(len(x)) * e) / e.sum())
+
+    for factor in (0.9, 1.1):
+        y = speed(word, factor)
+        assert y.shape == word.shape and y.dtype == np.float32
+        assert peak_hz(y) == pytest.approx(500 * factor, abs=2)
+        assert centroid(y) == pytest.approx(centroid(word), abs=80)  # the word stays where it was
+        active = np.flatnonzero(np.abs(y) > 0.1)
+        assert (active[-1] - active[0]) / 16000 == pytest.approx(0.3 / factor, abs=0.01)  # shorter when faster
+    np.testing.assert_array_equal(speed(word, 1.0), word)
+    a = random_speed(word, np.random.default_rng(3), (0.85, 1.15))
+    np.testing.assert_array_equal(a, random_speed(word, np.random.default_rng(3), (0.85, 1.15)))
+    assert not np.array_equal(a, word)

@@ -59,6 +59,7 @@ __all__ = [
     "random_mic_response",
     "random_shift",
     "random_spec_mask",
+    "random_speed",
     "reverb",
     "reverb_pair",
     "sample_spec_masks",
@@ -68,6 +69,7 @@ __all__ = [
     "shift",
     "snr_db",
     "spec_mask",
+    "speed",
 ]
 
 _SILENT_POWER = 1e-10  # mean square below this (-100 dBFS) counts as silence
@@ -121,6 +123,34 @@ def shift(x: np.ndarray, samples: int, circular: bool = False) -> np.ndarray:
 def random_shift(x: np.ndarray, rng: np.random.Generator, max_shift: int, circular: bool = False) -> np.ndarray:
     """:func:`shift` by a uniform integer in ``[-max_shift, max_shift]`` samples."""
     return shift(x, int(rng.integers(-max_shift, max_shift + 1)), circular)
+
+
+def speed(x: np.ndarray, factor: float, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """``x (T,)`` played ``factor`` times faster (pitch and formants scale with it, as with a different
+    talker's vocal tract; Ko et al. 2015), back in ``T`` samples. The energy centroid keeps its position
+    where the length allows, so a word centred in a clip stays centred. float32."""
+    from .audio import resample
+
+    x = np.asarray(x, dtype=np.float32)
+    t = x.shape[-1]
+    if factor == 1.0 or t == 0:
+        return x.copy()
+    y = resample(x, round(sr * factor), sr)  # sr*factor samples per second read as sr: faster by factor
+    energy = x.astype(np.float64) ** 2
+    centre = float(np.sum(np.arange(t) * energy) / energy.sum()) if energy.sum() > 0 else t / 2
+    start = round(centre / factor - centre)  # where x's window starts in y, centroid kept in place
+    out = np.zeros(t, np.float32)
+    lo, hi = max(start, 0), min(start + t, y.shape[-1])
+    if hi > lo:
+        out[lo - start : hi - start] = y[lo:hi]
+    return out
+
+
+def random_speed(x: np.ndarray, rng: np.random.Generator, factors: tuple[float, float] = (0.9, 1.1),
+                 sr: int = SAMPLE_RATE) -> np.ndarray:  # fmt: skip
+    """:func:`speed` by a factor log-uniform in ``factors``."""
+    lo, hi = np.log(factors[0]), np.log(factors[1])
+    return speed(x, float(np.exp(rng.uniform(lo, hi))), sr)
 
 
 def apply_gain(x: np.ndarray, gain_db: float) -> np.ndarray:
@@ -478,11 +508,14 @@ class NoiseSourceConfig:
 @dataclass
 class KwsAugmentConfig:
     """Keyword-spotting augmentation (each step applied with its probability, in this order):
-    shift, reverb, noise at an SNR, microphone response, gain, masking, clipping to [-1, 1].
+    speed (talker perturbation), shift, reverb, noise at an SNR, microphone response, gain, masking,
+    clipping to [-1, 1].
 
     ``silence_noise_dbfs``: level range of noise added to silent clips (where an SNR means nothing).
     """
 
+    speed_prob: float = 0.0
+    speed_factors: tuple[float, float] = (0.9, 1.1)  # log-uniform playback-rate range
     shift_prob: float = 1.0
     max_shift_s: float = 0.1
     circular_shift: bool = False
@@ -581,6 +614,8 @@ class KwsAugment:
         cfg = self.config
         x = np.asarray(_mono(audio), np.float32)
         t = x.shape[0]
+        if cfg.speed_prob and rng.random() < cfg.speed_prob:  # no draw when off: old recipes keep their audio
+            x = random_speed(x, rng, cfg.speed_factors, self.sr)
         if rng.random() < cfg.shift_prob:
             x = random_shift(x, rng, round(cfg.max_shift_s * self.sr), cfg.circular_shift)
         if self.rir_bank is not None and rng.random() < cfg.reverb_prob:
