@@ -128,3 +128,33 @@ def test_multires_loss_scores_magnitudes_not_phase() -> None:
     est = (0.5 * ref).requires_grad_()
     multires_spectral_loss(est, ref, ffts=(256,)).backward()
     assert torch.isfinite(est.grad).all() and est.grad.abs().sum() > 0
+
+
+def test_oracle_gains_are_the_ideal_ratio_mask_at_the_networks_resolution() -> None:
+    net = _net()
+    t = torch.arange(32 * 40) / 16000
+    speech = (0.3 * torch.sin(2 * torch.pi * 500 * t))[None, None]  # one fine bin (500 Hz at 50 Hz bins)
+    noise = 0.3 * torch.sin(2 * torch.pi * 3000 * t)[None, None]  # one ERB band above the fine bins
+    target, valid = net.oracle_gains(speech + noise, speech)
+    assert target.shape == valid.shape == (1, 40, net.cfg.bands + net.cfg.fine_bins)
+    frames = slice(2, None)  # past the first frame, which starts from silence
+    fine_500 = net.cfg.bands + round(500 / (16000 / net.n_fft))
+    assert target[0, frames, fine_500].min() > 0.99  # speech alone: keep
+    band = int(torch.argmax(net.band_power[round(3000 / (16000 / net.n_fft))]))
+    assert target[0, frames, band].max() < 0.05  # noise alone: remove
+    same, has = net.oracle_gains(speech, speech)  # no noise at all: keep everything that has signal
+    assert torch.allclose(same[has > 0], torch.ones(()))
+    silent, ok = net.oracle_gains(torch.zeros_like(speech), torch.zeros_like(speech))
+    assert ok.sum() == 0 and torch.isfinite(silent).all()
+
+
+def test_forward_with_gains_returns_the_gains_the_output_was_made_with() -> None:
+    net = _net()
+    x = 0.1 * torch.randn(2, 1, 32 * 12)
+    with torch.no_grad():
+        y, g = net(x, with_gains=True)
+        assert torch.equal(y, net(x))
+        assert g.shape == (2, 12, net.cfg.bands + net.cfg.fine_bins) and (g >= 0).all() and (g <= 1).all()
+        net.head.weight.zero_()
+        net.head.bias.fill_(-40.0)  # all gains ~0: silence out
+        assert net(x).abs().max() < 1e-9

@@ -689,3 +689,31 @@ def test_denoise_real_repeats_draws_recorded_clips_more_often(tmp_path: Path) ->
     assert counts == [1 if c.source.startswith("synth") else 3 for c in thrice.train_clips]
     with pytest.raises(ValueError, match="real_repeats"):
         task(real_repeats=0)
+
+
+def test_denoise_gain_supervision_scores_the_gains_and_needs_a_mask_network(tmp_path: Path) -> None:
+    import numpy as np
+
+    from edgessm.nets import build_network
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    data = {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "val_noise_holdout": ["hum.wav"],
+            "segment_samples": 3200, "mask_weight": 1.0}  # fmt: skip
+    spectral = {"arch": "spectral", "channels": [8], "states": [4], "kinds": ["pointwise"], "bands": 8}
+    task = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": spectral, "data": data}))
+    task._prepare()
+    items = [task._example("train", i, np.random.default_rng(i)) for i in range(2)]
+    batch = {k: torch.stack([torch.from_numpy(it[k]) for it in items]) for k in ("noisy", "clean")}
+    net = build_network("denoise", **spectral)
+    loss, parts = task.loss(net, batch, 0.5)
+    loss.backward()
+    assert parts["mask"] > 0 and net.head.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        target, valid = net.oracle_gains(batch["noisy"], batch["clean"])
+    assert valid.sum() > 0 and ((target >= 0) & (target <= 1)).all()
+
+    hourglass = build_network("denoise", channels=[4, 8], states=[4, 4], kinds=["full", "pointwise"], pools=[4, 4],
+                              bottleneck_states=8, n_bottleneck=1)  # fmt: skip
+    with pytest.raises(ValueError, match="spectral"):
+        task.loss(hourglass, batch, 0.5)

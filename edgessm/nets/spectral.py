@@ -118,13 +118,35 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         logs = torch.log(torch.cat(feats, dim=-1) + self.cfg.floor)
         return ((logs - self.shift) * self.scale).transpose(1, 2)
 
-    def _gains(self, h: Tensor) -> Tensor:
-        """Block output ``(B, C, m)`` -> per-bin gains ``(B, m, bins)`` in (0, 1)."""
-        g = torch.sigmoid(self.head(h)).transpose(1, 2)  # (B, m, bands + fine)
+    def _coarse_gains(self, h: Tensor) -> Tensor:
+        """Block output ``(B, C, m)`` -> the network's own gains ``(B, m, bands + fine_bins)`` in (0, 1)."""
+        return torch.sigmoid(self.head(h)).transpose(1, 2)
+
+    def _gains(self, g: Tensor) -> Tensor:
+        """Gains ``(B, m, bands + fine_bins)`` -> per-bin gains ``(B, m, bins)``: band gains spread over
+        their bins, the fine bins' own gains below."""
         gains = g[..., : self.cfg.bands] @ self.band_spread
         if self.cfg.fine_bins:
             gains = torch.cat([g[..., self.cfg.bands :], gains[..., self.cfg.fine_bins :]], dim=-1)
         return gains
+
+    def _powers(self, spec: Tensor) -> Tensor:
+        """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> powers at the gains' resolution ``(B, m, bands + fine)``."""
+        re, im = spec[..., : self.bins], spec[..., self.bins :]
+        power = re * re + im * im
+        return torch.cat([power @ self.band_power, power[..., : self.cfg.fine_bins]], dim=-1)
+
+    def oracle_gains(self, noisy: Tensor, clean: Tensor, floor: float = 1e-9) -> tuple[Tensor, Tensor]:
+        """The ideal ratio mask at the network's resolution, for training the gains directly (as RNNoise
+        does): per ERB band and fine bin, ``sqrt(S / (S + N))`` with ``S`` the power of ``clean`` and ``N``
+        that of ``noisy - clean`` (noise, and the reverberation the target leaves out) in the same frames
+        the network masks. ``noisy``, ``clean`` ``(B, 1, T)`` aligned -> ``(target, valid)``, both
+        ``(B, m, bands + fine_bins)``; ``valid`` is 0 where the frame holds no signal (no answer exists)."""
+        zeros = noisy.new_zeros(int(noisy.shape[0]), 1, self.hop)
+        s = self._powers(self._frames(clean, zeros)[0] @ self.analysis)
+        n = self._powers(self._frames(noisy - clean, zeros)[0] @ self.analysis)
+        total = s + n
+        return torch.sqrt(s / total.clamp_min(floor)), (total > floor).to(s.dtype)
 
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
@@ -133,7 +155,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         previous = torch.cat([tail.reshape(b, 1, hop), second[:, :-1]], dim=1)
         return (first + previous).reshape(b, 1, m * hop), second[:, -1:].reshape(b, 1, hop)
 
-    def _run(self, x: Tensor, state: State | None) -> tuple[Tensor, State]:
+    def _run(self, x: Tensor, state: State | None) -> tuple[Tensor, State, Tensor]:
         if state is None:  # the parallel path starts from silence, as a fresh stream does
             history = tail = x.new_zeros(int(x.shape[0]), 1, self.hop)
         else:
@@ -151,20 +173,24 @@ class SpectralDenoiser(ElasticBudget, Streamable):
                 h, s = block.step(h, state[pos : pos + k])
                 new.extend(s)
                 pos += k
-        gains = self._gains(h)
+        coarse = self._coarse_gains(h)
+        gains = self._gains(coarse)
         masked = spec * torch.cat([gains, gains], dim=-1)
         y, tail = self._overlap_add(masked @ self.synthesis, tail)
-        return y, [*new, tail]
+        return y, [*new, tail], coarse
 
     # --- the streaming contract -------------------------------------------------------------------------
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, with_gains: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """``x (B, 1, T)`` -> ``y (B, 1, T)``, ``delay`` samples late; with ``with_gains`` also the gains
+        ``(B, T / hop, bands + fine_bins)`` (what :meth:`oracle_gains` is the target for)."""
         self.check_chunk(x)
-        return self._run(x, None)[0]
+        y, _, coarse = self._run(x, None)
+        return (y, coarse) if with_gains else y
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
-        return self._run(x, state)
+        return self._run(x, state)[:2]
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         shapes = [("history", (1, self.hop))]

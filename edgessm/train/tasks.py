@@ -400,6 +400,12 @@ class DenoiseData:
     mr_ffts: tuple[int, ...] = (256, 512, 1024)
     mr_complex: float = 0.0  # weight of the compressed complex term inside the multi-resolution loss
     real_repeats: int = 1  # every recorded (non-synthetic) clean clip is drawn this many times per pass
+    # Gain supervision (mask networks only, `arch = "spectral"`): MSE between the network's gains and the
+    # ideal ratio mask at its resolution, both raised to `mask_power` (RNNoise's loss). Under uncertainty
+    # an MSE on gains settles on their mean; the compressed-magnitude losses above settle far lower
+    # (a power mean with exponent 0.3), which is speech suppressed wherever speech is not certain.
+    mask_weight: float = 0.0
+    mask_power: float = 0.5
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
     min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
     val_samples: int = 0  # validation length (0: segment_samples); longer ones join consecutive clips, as a stream
@@ -553,12 +559,28 @@ class DenoiseTask(Task):
         # rose). The model still sees and returns raw levels.
         noisy = batch["noisy"].float()
         scale = noisy.pow(2).mean(-1, keepdim=True).sqrt().clamp_min(1e-4)
-        est, ref = _aligned(net, net(batch["noisy"]).float() / scale, batch["clean"].float() / scale)
+        parts: dict[str, float] = {}
+        if self.data.mask_weight:
+            inner = getattr(net, "module", net)
+            if not hasattr(inner, "oracle_gains"):
+                raise ValueError("data.mask_weight trains a mask network's gains: use model.arch = 'spectral'")
+            out, gains = net(batch["noisy"], with_gains=True)
+            with torch.no_grad():
+                target, valid = inner.oracle_gains(noisy, batch["clean"].float())
+            p = self.data.mask_power
+            err = (gains.float().clamp_min(1e-6) ** p - target**p) ** 2
+            mask = (err * valid).sum() / valid.sum().clamp_min(1.0)
+            parts["mask"] = float(mask.detach())
+        else:
+            out = net(batch["noisy"])
+        est, ref = _aligned(net, out.float() / scale, batch["clean"].float() / scale)
         wave = F.smooth_l1_loss(est, ref, beta=0.5)
         spec = erb_spectral_loss(est[:, 0], ref[:, 0])
         w = self.data.spectral_weight * min(1.0, progress)
         total = self.data.wave_weight * wave + w * spec
-        parts = {"wave": float(wave.detach()), "spec": float(spec.detach())}
+        parts.update(wave=float(wave.detach()), spec=float(spec.detach()))
+        if self.data.mask_weight:
+            total = total + self.data.mask_weight * mask
         if self.data.mr_weight:
             mr = multires_spectral_loss(est[:, 0], ref[:, 0], self.data.mr_ffts, complex_weight=self.data.mr_complex)
             total = total + self.data.mr_weight * mr
