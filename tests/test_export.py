@@ -129,7 +129,7 @@ def test_model_folder_has_verified_graphs_weights_and_a_hash_manifest(tmp_path, 
     torch.manual_seed(0)
     net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False).eval()
     desc = {"network": "kws", "config": {**SMALL, "window": 12, "dropout": 0.0}, "labels": [f"w{i}" for i in range(35)]}
-    folder = tmp_path / "kws9"
+    folder = tmp_path / "candidate"  # a folder named otherwise than its graphs (`export --name kws9`)
     calib = [_signal(128 * 40, seed=s) for s in range(2)]
     report, q = pkg.package(net, desc, folder, "kws9", 128, int8=True, verify_audio=[_signal(128 * 50, seed=3)],
                             metadata={"threshold": "0.8"}, calibration=calib)  # fmt: skip
@@ -143,6 +143,9 @@ def test_model_folder_has_verified_graphs_weights_and_a_hash_manifest(tmp_path, 
     assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), net2.state_dict().values(), strict=True))
     meta = {p.key: p.value for p in onnx.load(str(folder / "kws9.onnx")).metadata_props}
     assert meta["threshold"] == "0.8" and meta["weights_sha256"] == manifest["weights_sha256"]
+    # the folder resolves to the graphs its manifest names
+    assert registry.resolve_graph(folder) == folder / "kws9.onnx"
+    assert registry.resolve_graph(folder, int8=True) == folder / "kws9.int8.onnx"
     # an altered graph is refused by the runtime
     registry.resolve_graph(folder / "kws9.int8.onnx")
     data = bytearray((folder / "kws9.int8.onnx").read_bytes())

@@ -242,7 +242,8 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             elif desc["network"] == "asr":
                 q.update(asr_int8_quality(graph, qpath))
     digest = hashlib.sha256(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:16]
-    extra = {"weights_sha256": report.metadata["weights_sha256"], "description_sha256": digest, "chunk": chunk}
+    extra = {"weights_sha256": report.metadata["weights_sha256"], "description_sha256": digest, "chunk": chunk,
+             "graph": f"{name}.onnx"}  # fmt: skip
     if k_max is not None:
         by_budget = sorted(((k, p) for p, k in graphs.items() if p != file_graph), key=lambda i: i[0])
         extra.update(k_max=k_max, budgets={str(k): p.name for k, p in by_budget})

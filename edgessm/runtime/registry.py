@@ -162,8 +162,9 @@ def resolve_graph(
         graph = _budget_graph(folder, budget, int8, str(name_or_path))
     elif file_graph:
         graph = folder / (_int8_name(file_graph) if int8 else file_graph)
-    else:
-        graph = folder / (f"{folder.name}.int8.onnx" if int8 else f"{folder.name}.onnx")
+    else:  # the graph the manifest names (`edgessm export --name`), else the folder's name
+        main = _manifest(folder).get("graph") or f"{folder.name}.onnx"
+        graph = folder / (_int8_name(main) if int8 else main)
     if not graph.is_file():
         if folder.parent == MODELS_DIR:
             known = ", ".join(shipped_models()) or "none yet"
