@@ -549,3 +549,27 @@ def test_speed_scales_pitch_and_keeps_length_and_word_position() -> None:
     a = random_speed(word, np.random.default_rng(3), (0.85, 1.15))
     np.testing.assert_array_equal(a, random_speed(word, np.random.default_rng(3), (0.85, 1.15)))
     assert not np.array_equal(a, word)
+
+
+def test_noise_perturbations_move_the_spectrum_and_stay_seeded() -> None:
+    from edgessm.data.augment import NoiseSourceConfig, draw_noise
+
+    tone = NoiseSourceConfig(bank=0.0, colored=0.0, babble=0.0, music=0.0, hum=1.0)
+    n = 32000
+    plain = draw_noise(n, np.random.default_rng(5), tone)
+    np.testing.assert_array_equal(plain, draw_noise(n, np.random.default_rng(5), tone))  # off: no extra draws
+
+    def centroid_hz(x: np.ndarray) -> float:
+        p = np.abs(np.fft.rfft(x)) ** 2
+        return float(np.sum(np.fft.rfftfreq(len(x), 1 / 16000) * p) / p.sum())
+
+    fast = NoiseSourceConfig(**{**tone.__dict__, "speed_prob": 1.0, "speed_factors": (1.4, 1.4)})
+    slow = NoiseSourceConfig(**{**tone.__dict__, "speed_prob": 1.0, "speed_factors": (0.7, 0.7)})
+    rng_f, rng_s = np.random.default_rng(7), np.random.default_rng(7)
+    f = [centroid_hz(draw_noise(n, rng_f, fast)) for _ in range(4)]
+    s = [centroid_hz(draw_noise(n, rng_s, slow)) for _ in range(4)]
+    assert np.mean(f) > 1.5 * np.mean(s)  # the same draws, 2x apart in playback rate
+    every = NoiseSourceConfig(colored=1.0, speed_prob=1.0, eq_prob=1.0, pair_prob=1.0)
+    a = draw_noise(n, np.random.default_rng(3), every)
+    assert a.shape == (n,) and a.dtype == np.float32 and np.isfinite(a).all() and np.abs(a).max() > 0
+    np.testing.assert_array_equal(a, draw_noise(n, np.random.default_rng(3), every))

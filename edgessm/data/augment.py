@@ -503,6 +503,13 @@ class NoiseSourceConfig:
     hum: float = 0.0  # mains hum, buzz and clicks (noise.hum_clicks)
     colored_exponent: tuple[float, float] = (-2.0, 2.0)
     babble_talkers: tuple[int, int] = (3, 6)
+    # Perturbations that make a few recordings many (each off at 0; no random draw then, so recipes
+    # without them keep their exact audio): played faster or slower (a tap's or a fan's texture moves
+    # up or down in frequency), a random microphone/room EQ, or two drawn noises summed at -10..10 dB.
+    speed_prob: float = 0.0
+    speed_factors: tuple[float, float] = (0.7, 1.4)
+    eq_prob: float = 0.0
+    pair_prob: float = 0.0
 
 
 @dataclass
@@ -562,7 +569,30 @@ def draw_noise(
     noise_bank: NoiseBank | None = None,
     babble_speech: SpeechSource | None = None,
 ) -> np.ndarray:
-    """One ``(length,)`` float32 noise from a source picked by weight among those available."""
+    """One ``(length,)`` float32 noise from a source picked by weight among those available, perturbed
+    as ``config`` says (speed, EQ, a second noise summed in)."""
+    noise = _perturbed_noise(length, rng, config, noise_bank, babble_speech)
+    if config.pair_prob and rng.random() < config.pair_prob:
+        other = _perturbed_noise(length, rng, config, noise_bank, babble_speech)
+        rel = 10 ** (float(rng.uniform(-10.0, 10.0)) / 20)
+        noise = noise / (np.sqrt(_power(noise)) + 1e-6) + rel * other / (np.sqrt(_power(other)) + 1e-6)
+    if config.eq_prob and rng.random() < config.eq_prob:
+        noise = random_mic_response(noise, rng)
+    return np.asarray(noise, np.float32)
+
+
+def _perturbed_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
+    if not (config.speed_prob and rng.random() < config.speed_prob):
+        return _one_noise(length, rng, config, noise_bank, babble_speech)
+    from .audio import resample
+
+    factor = float(np.exp(rng.uniform(np.log(config.speed_factors[0]), np.log(config.speed_factors[1]))))
+    source = _one_noise(int(np.ceil(length * factor)) + 16, rng, config, noise_bank, babble_speech)
+    y = resample(source, round(SAMPLE_RATE * factor), SAMPLE_RATE)[:length]
+    return np.pad(y, (0, length - y.shape[0])) if y.shape[0] < length else y
+
+
+def _one_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
     weights = np.array(
         [
             config.bank if noise_bank is not None else 0.0,
