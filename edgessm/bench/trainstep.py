@@ -32,7 +32,7 @@ LENGTH_FIELD = {"denoise": ("segment_samples", 32768), "kws": ("clip_samples", 1
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m edgessm.bench trainstep", description=__doc__.split("\n\n")[0])
-    ap.add_argument("recipe", help="a shipped recipe (kws, kws_es, denoise, denoise_spectral, asr) or a TOML config")
+    ap.add_argument("recipe", help="a shipped recipe (kws, kws_es, denoise, denoise_hourglass, asr) or a TOML config")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override for every row")
     ap.add_argument("--vs", action="append", default=[], metavar="KEY=VALUE[;KEY=VALUE]",
                     help="another row: the recipe with these overrides (repeatable)")  # fmt: skip
