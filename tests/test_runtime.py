@@ -499,3 +499,17 @@ def test_demo_script_rebuilds_the_demo(tmp_path) -> None:
     new, old = (sf.read(d / "keywords.wav", dtype="int16")[0] for d in (tmp_path, DEMOS))
     # the same clips at the same places; at most a rounding step apart (float sums may differ across CPUs)
     assert new.shape == old.shape and np.abs(new.astype(int) - old).max() <= 1, "demos/keywords.wav is out of date"
+
+
+def test_noisy_speech_demo_is_rebuilt_from_a_held_out_test_mixture(tmp_path) -> None:
+    from edgessm.data.corpora import shared_data_dir
+
+    shared = shared_data_dir(required=False)
+    if shared is None or not (shared / "real_read_speech").is_dir():
+        pytest.skip("the shared data folder (read speech, noise recordings) is not here")
+    spec = importlib.util.spec_from_file_location("make_noisy_speech", DEMOS / "make_noisy_speech.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--out", str(tmp_path)]) == 0
+    new, old = (sf.read(d / "noisy_speech.wav", dtype="int16")[0] for d in (tmp_path, DEMOS))
+    assert new.shape == old.shape and np.abs(new.astype(int) - old).max() <= 1, "demos/noisy_speech.wav is out of date"
