@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         print("warning: ops outside the conservative NPU list: " + ", ".join(report.unfriendly_ops))
     if q:
         print(f"int8: {q['quantized']} MatMul/Conv nodes in int8, {q['kept_float']} kept float32 (state path, "
-              "first block, SSM kernels); "
+              "first block, waveform-domain transforms, SSM kernels); "
               f"output SNR vs fp32 {q.get('output_snr_db', float('nan')):.1f} dB")  # fmt: skip
         if "openvino_snr_db" in q:
             snr = q["openvino_snr_db"]
