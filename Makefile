@@ -2,7 +2,7 @@
 #
 #   make test    ruff + the unit tests (what CI runs)
 #   make bench   the FFT-convolution contraction benchmark
-#   make demo    keyword spotting on the demo recording demos/keywords.wav with the shipped kws35 model
+#   make demo    the shipped kws35 and denoise models on the demo recordings in demos/
 #
 # The virtualenv lives outside the clone, keyed by the hash of the pin file (every dependency is
 # pinned there), so a new clone reuses it and a change of pins builds a fresh one from nothing.
@@ -60,6 +60,7 @@ bench: setup
 
 demo: setup
 	$(VENV)/bin/edgessm listen --model kws35 --input demos/keywords.wav --fast
+	$(VENV)/bin/edgessm denoise demos/noisy_speech.wav /tmp/edgessm-demo-denoised.wav
 
 clean-venv:
 	rm -rf "$(VENV)" "$(VENV).tmp"
