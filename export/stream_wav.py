@@ -60,7 +60,10 @@ def main() -> int:
     if file_rate != rate:
         raise SystemExit(f"{args.wav} is {file_rate} Hz; the graph wants {rate} Hz (resample it first, e.g. with sox)")
     n = len(audio)
-    audio = np.concatenate([audio, np.zeros(-n % chunk, np.float32)])  # pad the last chunk
+    # A graph whose output runs `delay_samples` behind its input (the spectral denoiser: one hop) gets
+    # that many zeros more, and its output is read from `delay` on: the file stays aligned.
+    delay = int(meta.get("delay_samples", 0))
+    audio = np.concatenate([audio, np.zeros(delay + (-(n + delay) % chunk), np.float32)])  # pad the last chunk
 
     # The state: one zero tensor per state input, fed back after every call. A graph with
     # `warmup_samples` starts from the state after that much silence (its outputs are discarded).
@@ -95,7 +98,7 @@ def main() -> int:
         print("".join(text).strip())
     if args.out:
         if args.out.endswith(".wav") and out.ndim == 2 and out.shape[0] == 1:
-            write_wav(args.out, out[0, :n], rate)
+            write_wav(args.out, out[0, delay : delay + n], rate)
         else:
             np.save(args.out, out)
         print(f"wrote {args.out}", file=sys.stderr)
