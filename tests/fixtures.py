@@ -68,3 +68,16 @@ def librispeech_folder(root: Path, speakers: int = 6, per_speaker: int = 4, seed
             lines.append(f"{uid} {word.upper()}")
         (d / f"{100 + spk}-1.trans.txt").write_text("\n".join(lines) + "\n")
     return root
+
+
+DEMOS = Path(__file__).resolve().parents[1] / "demos"
+
+
+def demo_script(name: str):
+    """The module of ``demos/<name>.py`` (the demos folder is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, DEMOS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -552,14 +552,12 @@ def test_the_shipped_denoiser_cleans_the_demo_recording(tmp_path) -> None:
     assert sr_out == sr == 16000 and y.shape == x.shape
     if shared_data_dir(required=False) is None:
         return
-    import importlib.util
+    from fixtures import demo_script
 
     from edgessm.eval.denoise import _join, test_speakers
     from edgessm.eval.metrics import si_sdr
 
-    spec = importlib.util.spec_from_file_location("make_noisy_speech", demo.parent / "make_noisy_speech.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = demo_script("make_noisy_speech")
     speakers = test_speakers()
     clean = _join(speakers[sorted(speakers)[module.SPEAKER_INDEX]], module.SECONDS)
     assert si_sdr(y, clean) > si_sdr(x, clean) + 3.0  # scale-invariant: the demo's level does not matter

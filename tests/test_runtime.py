@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import importlib.util
 import io
 import itertools
 import json
@@ -17,6 +16,7 @@ import pytest
 import soundfile as sf
 import torch
 from conftest import randomize
+from fixtures import DEMOS, demo_script
 
 from edgessm.deploy.onnx_export import export_onnx, parallel_output
 from edgessm.nets import build_network
@@ -228,7 +228,6 @@ def test_listen_reads_raw_pcm_from_stdin_and_records_what_it_heard(kws_graph, tm
 
 # --- edgessm listen: summary, meter, microphone errors and overflows, Ctrl-C, the demo recording ---------------
 
-DEMOS = Path(__file__).resolve().parents[1] / "demos"
 SUMMARY = re.compile(
     r"summary: (?P<heard>[\d.]+) s of audio heard, (?P<n>\d+) detections?(?: \((?P<words>[^)]*)\))?, "
     r"(?P<overflows>\d+) input overflows?, real-time factor (?P<rtf>[\d.]+)"
@@ -491,10 +490,7 @@ def test_demo_script_rebuilds_the_demo(tmp_path) -> None:
     shared = shared_data_dir(required=False)
     if shared is None or not (shared / "speech_commands_test_v0.02").is_dir():
         pytest.skip("the shared data folder (Speech Commands test clips) is not here")
-    spec = importlib.util.spec_from_file_location("make_demo", DEMOS / "make_demo.py")
-    make_demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(make_demo)
-    assert make_demo.main(["--out", str(tmp_path)]) == 0
+    assert demo_script("make_demo").main(["--out", str(tmp_path)]) == 0
     assert (tmp_path / "keywords.txt").read_text() == (DEMOS / "keywords.txt").read_text(), "demos/ is out of date"
     new, old = (sf.read(d / "keywords.wav", dtype="int16")[0] for d in (tmp_path, DEMOS))
     # the same clips at the same places; at most a rounding step apart (float sums may differ across CPUs)
@@ -507,10 +503,7 @@ def test_noisy_speech_demo_is_rebuilt_from_a_held_out_test_mixture(tmp_path) -> 
     shared = shared_data_dir(required=False)
     if shared is None or not (shared / "real_read_speech").is_dir():
         pytest.skip("the shared data folder (read speech, noise recordings) is not here")
-    spec = importlib.util.spec_from_file_location("make_noisy_speech", DEMOS / "make_noisy_speech.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert module.main(["--out", str(tmp_path)]) == 0
+    assert demo_script("make_noisy_speech").main(["--out", str(tmp_path)]) == 0
     new, old = (sf.read(d / "noisy_speech.wav", dtype="int16")[0] for d in (tmp_path, DEMOS))
     assert new.shape == old.shape and np.abs(new.astype(int) - old).max() <= 1, "demos/noisy_speech.wav is out of date"
 

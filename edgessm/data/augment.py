@@ -149,8 +149,7 @@ def speed(x: np.ndarray, factor: float, sr: int = SAMPLE_RATE) -> np.ndarray:
 def random_speed(x: np.ndarray, rng: np.random.Generator, factors: tuple[float, float] = (0.9, 1.1),
                  sr: int = SAMPLE_RATE) -> np.ndarray:  # fmt: skip
     """:func:`speed` by a factor log-uniform in ``factors``."""
-    lo, hi = np.log(factors[0]), np.log(factors[1])
-    return speed(x, float(np.exp(rng.uniform(lo, hi))), sr)
+    return speed(x, _loguniform(rng, factors), sr)
 
 
 def apply_gain(x: np.ndarray, gain_db: float) -> np.ndarray:
@@ -586,7 +585,7 @@ def _perturbed_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarr
         return _one_noise(length, rng, config, noise_bank, babble_speech)
     from .audio import resample
 
-    factor = float(np.exp(rng.uniform(np.log(config.speed_factors[0]), np.log(config.speed_factors[1]))))
+    factor = _loguniform(rng, config.speed_factors)
     source = _one_noise(int(np.ceil(length * factor)) + 16, rng, config, noise_bank, babble_speech)
     y = resample(source, round(SAMPLE_RATE * factor), SAMPLE_RATE)[:length]
     return np.pad(y, (0, length - y.shape[0])) if y.shape[0] < length else y

@@ -109,7 +109,7 @@ def waveform_domain_nodes(model) -> list[str]:
             seen.add(n.name)
             if n.op_type in QUANTIZED_OPS:
                 keep.add(n.name)
-            elif n.op_type in _PASS_THROUGH or n.op_type == "Log":
+            elif n.op_type in _PASS_THROUGH:
                 if forward:
                     stack.extend(c for o in n.output for c in consumers.get(o, []))
                 else:
@@ -121,7 +121,7 @@ def waveform_domain_nodes(model) -> list[str]:
     writes_audio = meta.get("task") == "denoise"  # a classifier's or recognizer's output is not audio
     audio_out = [o.name for o in graph.output if not o.name.startswith("out.")] if writes_audio else []
     walk([producer[name] for name in audio_out if name in producer], forward=False)
-    walk([n for n in graph.node if n.op_type == "Log"], forward=False)
+    walk([producer[i] for n in graph.node if n.op_type == "Log" for i in n.input if i in producer], forward=False)
     return sorted(keep)
 
 

@@ -110,12 +110,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
 
     def _features(self, spec: Tensor) -> Tensor:
         """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> normalised log powers ``(B, features, m)``."""
-        re, im = spec[..., : self.bins], spec[..., self.bins :]
-        power = re * re + im * im
-        feats = [power @ self.band_power]
-        if self.cfg.fine_bins:
-            feats.append(power[..., : self.cfg.fine_bins])
-        logs = torch.log(torch.cat(feats, dim=-1) + self.cfg.floor)
+        logs = torch.log(self._powers(spec) + self.cfg.floor)
         return ((logs - self.shift) * self.scale).transpose(1, 2)
 
     def _coarse_gains(self, h: Tensor) -> Tensor:
@@ -134,7 +129,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> powers at the gains' resolution ``(B, m, bands + fine)``."""
         re, im = spec[..., : self.bins], spec[..., self.bins :]
         power = re * re + im * im
-        return torch.cat([power @ self.band_power, power[..., : self.cfg.fine_bins]], dim=-1)
+        bands = power @ self.band_power
+        return torch.cat([bands, power[..., : self.cfg.fine_bins]], dim=-1) if self.cfg.fine_bins else bands
 
     def oracle_gains(self, noisy: Tensor, clean: Tensor, floor: float = 1e-9) -> tuple[Tensor, Tensor]:
         """The ideal ratio mask at the network's resolution, for training the gains directly (as RNNoise
