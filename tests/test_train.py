@@ -225,6 +225,42 @@ def test_recorded_clips_can_be_drawn_more_often(sc_folder: Path, tmp_path: Path)
         build_task(cfg).train_set()
 
 
+def test_recorded_sentences_can_weigh_more_in_the_sentence_pool(sc_folder: Path, tmp_path: Path) -> None:
+    """data.real_sentence_repeats = k: a recorded keyword-free sentence is k entries of the pool that
+    context, hard negatives and babble draw from, a synthetic one 1; sentences naming a keyword stay out."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task
+
+    rng = np.random.default_rng(0)
+    rows = [("the seal is sleeping", "synth:test"), ("where is my notebook", "read:test"),
+            ("say yes to the dress", "read:test")]  # fmt: skip
+    clips = []
+    for i, (text, source) in enumerate(rows):
+        path = tmp_path / "sent" / f"s{i}.wav"
+        n = 12000 if source.startswith("synth") else 9000
+        write_audio(path, (0.1 * rng.standard_normal(n)).astype(np.float32), 16000)
+        clips.append(Clip(str(path), speaker=f"v{i}", text=text, split="train", source=source))
+    write_manifest(tmp_path / "sent" / "manifest.csv", clips)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'sent' / 'manifest.csv'}"],
+                "sentence_negatives": 0.5}  # fmt: skip
+    once = build_task(cfg)
+    once.train_set()
+    assert len(once.sentences) == 2
+    cfg.data = {**cfg.data, "real_sentence_repeats": 4}
+    four = build_task(cfg)
+    four.train_set()
+    assert len(four.sentences) == 5  # the recorded sentence 4 times, the synthetic one once
+    pool = sorted(four.sentences.length(i) for i in range(len(four.sentences)))
+    assert pool == [9000] * 4 + [12000]
+    cfg.data = {**cfg.data, "real_sentence_repeats": 0}
+    with pytest.raises(ValueError, match="real_sentence_repeats must be at least 1"):
+        build_task(cfg).train_set()
+
+
 def test_waveform_loss_goes_down(tmp_path: Path) -> None:
     clean, noise = clean_and_noise_folders(tmp_path / "data")
     cfg = TrainConfig.from_dict(

@@ -194,6 +194,10 @@ class KwsData:
     # skipped, and keyword examples never hear other speech (kws35 v2, 150 real test commands: 74%
     # right clean; 21% / 61% / 64% at 10 dB over real speech / music / noise)
     sentence_babble: bool = False
+    # each recorded keyword-free sentence (e.g. `shared:read_speech`) is this many entries of the sentence
+    # pool that context, hard negatives and babble draw from: real talkers saying other things, so a real
+    # voice is not by itself evidence of the few words that have recorded examples
+    real_sentence_repeats: int = 1
 
 
 class KwsTask(Task):
@@ -222,6 +226,9 @@ class KwsTask(Task):
     def _prepare(self) -> None:
         if self._prepared:
             return
+        for key in ("real_repeats", "real_sentence_repeats"):
+            if getattr(self.data, key) < 1:
+                raise ValueError(f"data.{key} must be at least 1, got {getattr(self.data, key)}")
         index = {lab: i for i, lab in enumerate(self.labels)}
         splits: dict[str, list[tuple[Clip, int]]] = {"train": [], "validation": []}
         banned = sounds_like_keywords(task_labels(self.data.words))
@@ -229,7 +236,9 @@ class KwsTask(Task):
         for clip in load_sources(list(self.data.sources), self.data.words):
             if not clip.label:  # unlabelled speech (e.g. ASR sentences) is not a keyword example
                 if clip.text and keyword_free(clip.text, banned) and assign_split(clip) == "train":
-                    sentences.append(clip.path)  # but keyword-free sentences make context and negatives
+                    # but keyword-free sentences make context and negatives
+                    repeats = 1 if clip.source.startswith("synth") else self.data.real_sentence_repeats
+                    sentences += [clip.path] * repeats
                 continue
             label = clip.label if clip.label in index else (UNKNOWN if UNKNOWN in index else None)
             if label is None or label == SILENCE:
@@ -252,8 +261,6 @@ class KwsTask(Task):
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
         self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble)
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
-        if self.data.real_repeats < 1:
-            raise ValueError(f"data.real_repeats must be at least 1, got {self.data.real_repeats}")
         # the training pass in item order; recorded clips repeated (silence and hard negatives follow it)
         self.train_order = [i for i, (c, _) in enumerate(splits["train"])
                             for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
