@@ -187,3 +187,19 @@ def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(mon
     assert saved["chosen"] == 0.8 and saved["max_fa_per_hour"] == 0.5
     args.thresholds, args.out = "0.5,0.6", None
     assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 1  # nothing qualifies: exit status 1
+
+
+def test_real_speech_background_is_the_half_of_speakers_training_leaves_out(monkeypatch) -> None:
+    """The streaming evaluation's speech background holds only stream_background_speaker clips (the
+    half of the real read-speech speakers the keyword spotter never trains on), keyword-free ones."""
+    from edgessm.data.manifest import Clip
+    from edgessm.eval import backgrounds
+
+    clips = [Clip(f"s{i}.wav", speaker=f"reader{i}", text=text, source="real_read_speech")
+             for i in range(12) for text in ("the seal is sleeping", "say yes to the dress")]  # fmt: skip
+    monkeypatch.setattr(backgrounds, "shared_read_speech", lambda: clips)
+    held = {c.speaker for c in clips if backgrounds.stream_background_speaker(c)}
+    assert 0 < len(held) < 12
+    chosen = backgrounds._sentences("real", ["yes", "no"])
+    assert {c.speaker for c in chosen} == held
+    assert all(c.text == "the seal is sleeping" for c in chosen)

@@ -261,6 +261,36 @@ def test_recorded_sentences_can_weigh_more_in_the_sentence_pool(sc_folder: Path,
         build_task(cfg).train_set()
 
 
+def test_kws_never_trains_on_the_streaming_evaluations_speech_background(sc_folder: Path, tmp_path: Path) -> None:
+    """Recorded read sentences of the speakers the streaming evaluation uses as its speech background
+    (stream_background_speaker) stay out of the keyword spotter's sentence pool; the others join it."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.eval.backgrounds import stream_background_speaker
+    from edgessm.train.tasks import build_task
+
+    rng = np.random.default_rng(0)
+    clips = []
+    for i in range(8):
+        path = tmp_path / "read" / f"s{i}.wav"
+        write_audio(path, (0.1 * rng.standard_normal(4000 + 1000 * i)).astype(np.float32), 16000)
+        clips.append(Clip(str(path), speaker=f"reader{i}", text="the seal is sleeping", split="train",
+                          source="real_read_speech"))  # fmt: skip
+    held = [stream_background_speaker(c) for c in clips]
+    assert any(held) and not all(held)
+    assert not stream_background_speaker(Clip("x.wav", speaker="reader0", text="a", source="synth:test"))
+    write_manifest(tmp_path / "read" / "manifest.csv", clips)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'read' / 'manifest.csv'}"],
+                "sentence_negatives": 0.5}  # fmt: skip
+    task = build_task(cfg)
+    task.train_set()
+    pool = sorted(task.sentences.length(i) for i in range(len(task.sentences)))
+    assert pool == sorted(4000 + 1000 * i for i in range(8) if not held[i])
+
+
 def test_waveform_loss_goes_down(tmp_path: Path) -> None:
     clean, noise = clean_and_noise_folders(tmp_path / "data")
     cfg = TrainConfig.from_dict(

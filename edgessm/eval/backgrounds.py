@@ -2,9 +2,9 @@
 
 Three kinds, each built deterministically from a seed:
 
-* ``speech`` -- real read sentences (``shared/data/real_read_speech``, never used to train the
-  keyword spotter) whose transcripts contain none of the keywords or their homophones, laid end
-  to end with short pauses;
+* ``speech`` -- real read sentences of half of the speakers of ``shared/data/real_read_speech``
+  (:func:`stream_background_speaker`; the keyword spotter never trains on them), whose transcripts
+  contain none of the keywords or their homophones, laid end to end with short pauses;
 * ``music`` -- procedural music (:func:`edgessm.data.noise.music_like`), a new tempo and key
   every 30 s;
 * ``noise`` -- the real background-noise recordings of Speech Commands and colored noise, a new
@@ -13,6 +13,7 @@ Three kinds, each built deterministically from a seed:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 
@@ -51,6 +52,15 @@ def keyword_free(text: str, banned: set[str]) -> bool:
     return not (set(re.findall(r"[a-z']+", text.lower())) & banned)
 
 
+def stream_background_speaker(clip) -> bool:
+    """Whether a real read-speech clip belongs to the streaming evaluation's speech background: the
+    speakers whose stable hash is even (half of them). Keyword-spotter training may use the other
+    half's keyword-free sentences as negatives, never these."""
+    if clip.source != "real_read_speech":
+        return False
+    return hashlib.sha1(clip.speaker.encode()).digest()[0] % 2 == 0
+
+
 def _level(x: np.ndarray, dbfs: float) -> np.ndarray:
     rms = float(np.sqrt(np.mean(np.square(x, dtype=np.float64)) + 1e-20))
     return (x * (10 ** (dbfs / 20) / rms)).astype(np.float32)
@@ -59,7 +69,7 @@ def _level(x: np.ndarray, dbfs: float) -> np.ndarray:
 def _sentences(source: str, words: Iterable[str]) -> list:
     banned = sounds_like_keywords(words)
     if source == "real":
-        clips = [c for c in shared_read_speech() if keyword_free(c.text, banned)]
+        clips = [c for c in shared_read_speech() if stream_background_speaker(c) and keyword_free(c.text, banned)]
     elif source == "synth-validation":  # the synthetic corpus's validation voices: sentences and non-keywords
         from edgessm.data.corpora import synth_manifest
         from edgessm.data.manifest import read_manifest

@@ -34,7 +34,7 @@ from edgessm.data.manifest import Clip, assign_split, read_manifest
 from edgessm.data.noise import music_like
 from edgessm.data.store import AudioStore
 from edgessm.data.text import CharTokenizer, edit_distance
-from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords
+from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords, stream_background_speaker
 from edgessm.nets import build_network
 
 from .config import TrainConfig
@@ -235,6 +235,8 @@ class KwsTask(Task):
         sentences = []
         for clip in load_sources(list(self.data.sources), self.data.words):
             if not clip.label:  # unlabelled speech (e.g. ASR sentences) is not a keyword example
+                if stream_background_speaker(clip):  # the streaming evaluation's speech background
+                    continue
                 if clip.text and keyword_free(clip.text, banned) and assign_split(clip) == "train":
                     # but keyword-free sentences make context and negatives
                     repeats = 1 if clip.source.startswith("synth") else self.data.real_sentence_repeats
