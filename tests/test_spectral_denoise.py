@@ -146,6 +146,9 @@ def test_oracle_gains_are_the_ideal_ratio_mask_at_the_networks_resolution() -> N
     assert torch.allclose(same[has > 0], torch.ones(()))
     silent, ok = net.oracle_gains(torch.zeros_like(speech), torch.zeros_like(speech))
     assert ok.sum() == 0 and torch.isfinite(silent).all()
+    wiener, _ = net.oracle_gains(0.5 * noise + speech, speech, exponent=1.0)  # (S / (S + N)) ** 1
+    amplitude, _ = net.oracle_gains(0.5 * noise + speech, speech)
+    assert torch.allclose(wiener, amplitude**2, atol=1e-6)
 
 
 def test_forward_with_gains_returns_the_gains_the_output_was_made_with() -> None:

@@ -132,17 +132,20 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         bands = power @ self.band_power
         return torch.cat([bands, power[..., : self.cfg.fine_bins]], dim=-1) if self.cfg.fine_bins else bands
 
-    def oracle_gains(self, noisy: Tensor, clean: Tensor, floor: float = 1e-9) -> tuple[Tensor, Tensor]:
+    def oracle_gains(self, noisy: Tensor, clean: Tensor, floor: float = 1e-9,
+                     exponent: float = 0.5) -> tuple[Tensor, Tensor]:  # fmt: skip
         """The ideal ratio mask at the network's resolution, for training the gains directly (as RNNoise
         does): per ERB band and fine bin, ``sqrt(S / (S + N))`` with ``S`` the power of ``clean`` and ``N``
         that of ``noisy - clean`` (noise, and the reverberation the target leaves out) in the same frames
         the network masks. ``noisy``, ``clean`` ``(B, 1, T)`` aligned -> ``(target, valid)``, both
-        ``(B, m, bands + fine_bins)``; ``valid`` is 0 where the frame holds no signal (no answer exists)."""
+        ``(B, m, bands + fine_bins)``; ``valid`` is 0 where the frame holds no signal (no answer exists).
+        ``exponent``: the target is ``(S / (S + N)) ** exponent`` (0.5: the amplitude ratio; 1: the Wiener
+        gain, which removes more noise and more speech)."""
         zeros = noisy.new_zeros(int(noisy.shape[0]), 1, self.hop)
         s = self._powers(self._frames(clean, zeros)[0] @ self.analysis)
         n = self._powers(self._frames(noisy - clean, zeros)[0] @ self.analysis)
         total = s + n
-        return torch.sqrt(s / total.clamp_min(floor)), (total > floor).to(s.dtype)
+        return (s / total.clamp_min(floor)) ** exponent, (total > floor).to(s.dtype)
 
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""

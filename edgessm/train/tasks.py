@@ -415,6 +415,7 @@ class DenoiseData:
     # (a power mean with exponent 0.3), which is speech suppressed wherever speech is not certain.
     mask_weight: float = 0.0
     mask_power: float = 0.5
+    irm_exponent: float = 0.5  # the gain target (S / (S + N)) ** irm_exponent: 0.5 amplitude ratio, 1 Wiener
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
     min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
     val_samples: int = 0  # validation length (0: segment_samples); longer ones join consecutive clips, as a stream
@@ -575,7 +576,7 @@ class DenoiseTask(Task):
                 raise ValueError("data.mask_weight trains a mask network's gains: use model.arch = 'spectral'")
             out, gains = net(batch["noisy"], with_gains=True)
             with torch.no_grad():
-                target, valid = inner.oracle_gains(noisy, batch["clean"].float())
+                target, valid = inner.oracle_gains(noisy, batch["clean"].float(), exponent=self.data.irm_exponent)
             p = self.data.mask_power
             err = (gains.float().clamp_min(1e-6) ** p - target**p) ** 2
             mask = (err * valid).sum() / valid.sum().clamp_min(1.0)
