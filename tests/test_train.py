@@ -225,14 +225,33 @@ def test_recorded_clips_can_be_drawn_more_often(sc_folder: Path, tmp_path: Path)
         build_task(cfg).train_set()
 
 
+def _kws_task_with_sentences(sc_folder: Path, folder: Path, clips: list, **data):
+    """A prepared KWS task over the test Speech Commands folder plus ``clips`` (written as a manifest in
+    ``folder``), with hard negatives so the sentence pool is built; ``data`` overrides ``[data]``."""
+    from edgessm.data.manifest import write_manifest
+    from edgessm.train.tasks import build_task
+
+    write_manifest(folder / "manifest.csv", clips)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{folder / 'manifest.csv'}"],
+                "sentence_negatives": 0.5, **data}  # fmt: skip
+    task = build_task(cfg)
+    task.train_set()
+    return task
+
+
+def _pool_lengths(task) -> list[int]:
+    """Sorted lengths (samples) of the task's sentence-pool entries."""
+    return sorted(task.sentences.length(i) for i in range(len(task.sentences)))
+
+
 def test_recorded_sentences_can_weigh_more_in_the_sentence_pool(sc_folder: Path, tmp_path: Path) -> None:
     """data.real_sentence_repeats = k: a recorded keyword-free sentence is k entries of the pool that
     context, hard negatives and babble draw from, a synthetic one 1; sentences naming a keyword stay out."""
     import numpy as np
 
     from edgessm.data.audio import write_audio
-    from edgessm.data.manifest import Clip, write_manifest
-    from edgessm.train.tasks import build_task
+    from edgessm.data.manifest import Clip
 
     rng = np.random.default_rng(0)
     rows = [("the seal is sleeping", "synth:test"), ("where is my notebook", "read:test"),
@@ -243,22 +262,13 @@ def test_recorded_sentences_can_weigh_more_in_the_sentence_pool(sc_folder: Path,
         n = 12000 if source.startswith("synth") else 9000
         write_audio(path, (0.1 * rng.standard_normal(n)).astype(np.float32), 16000)
         clips.append(Clip(str(path), speaker=f"v{i}", text=text, split="train", source=source))
-    write_manifest(tmp_path / "sent" / "manifest.csv", clips)
-    cfg = kws_config(sc_folder)
-    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'sent' / 'manifest.csv'}"],
-                "sentence_negatives": 0.5}  # fmt: skip
-    once = build_task(cfg)
-    once.train_set()
+    once = _kws_task_with_sentences(sc_folder, tmp_path / "sent", clips)
     assert len(once.sentences) == 2
-    cfg.data = {**cfg.data, "real_sentence_repeats": 4}
-    four = build_task(cfg)
-    four.train_set()
+    four = _kws_task_with_sentences(sc_folder, tmp_path / "sent", clips, real_sentence_repeats=4)
     assert len(four.sentences) == 5  # the recorded sentence 4 times, the synthetic one once
-    pool = sorted(four.sentences.length(i) for i in range(len(four.sentences)))
-    assert pool == [9000] * 4 + [12000]
-    cfg.data = {**cfg.data, "real_sentence_repeats": 0}
+    assert _pool_lengths(four) == [9000] * 4 + [12000]
     with pytest.raises(ValueError, match="real_sentence_repeats must be at least 1"):
-        build_task(cfg).train_set()
+        _kws_task_with_sentences(sc_folder, tmp_path / "sent", clips, real_sentence_repeats=0)
 
 
 def test_kws_never_trains_on_the_streaming_evaluations_speech_background(sc_folder: Path, tmp_path: Path) -> None:
@@ -267,9 +277,8 @@ def test_kws_never_trains_on_the_streaming_evaluations_speech_background(sc_fold
     import numpy as np
 
     from edgessm.data.audio import write_audio
-    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.data.manifest import Clip
     from edgessm.eval.backgrounds import stream_background_speaker
-    from edgessm.train.tasks import build_task
 
     rng = np.random.default_rng(0)
     clips = []
@@ -281,14 +290,8 @@ def test_kws_never_trains_on_the_streaming_evaluations_speech_background(sc_fold
     held = [stream_background_speaker(c) for c in clips]
     assert any(held) and not all(held)
     assert not stream_background_speaker(Clip("x.wav", speaker="reader0", text="a", source="synth:test"))
-    write_manifest(tmp_path / "read" / "manifest.csv", clips)
-    cfg = kws_config(sc_folder)
-    cfg.data = {**cfg.data, "sources": [*cfg.data["sources"], f"manifest:{tmp_path / 'read' / 'manifest.csv'}"],
-                "sentence_negatives": 0.5}  # fmt: skip
-    task = build_task(cfg)
-    task.train_set()
-    pool = sorted(task.sentences.length(i) for i in range(len(task.sentences)))
-    assert pool == sorted(4000 + 1000 * i for i in range(8) if not held[i])
+    task = _kws_task_with_sentences(sc_folder, tmp_path / "read", clips)
+    assert _pool_lengths(task) == sorted(4000 + 1000 * i for i in range(8) if not held[i])
 
 
 def test_waveform_loss_goes_down(tmp_path: Path) -> None:

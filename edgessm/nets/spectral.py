@@ -135,12 +135,11 @@ class SpectralDenoiser(ElasticBudget, Streamable):
     def oracle_gains(self, noisy: Tensor, clean: Tensor, floor: float = 1e-9,
                      exponent: float = 0.5) -> tuple[Tensor, Tensor]:  # fmt: skip
         """The ideal ratio mask at the network's resolution, for training the gains directly (as RNNoise
-        does): per ERB band and fine bin, ``sqrt(S / (S + N))`` with ``S`` the power of ``clean`` and ``N``
-        that of ``noisy - clean`` (noise, and the reverberation the target leaves out) in the same frames
+        does): per ERB band and fine bin, ``(S / (S + N)) ** exponent`` with ``S`` the power of ``clean``
+        and ``N`` that of ``noisy - clean`` (noise, and the reverberation the target leaves out) in the same frames
         the network masks. ``noisy``, ``clean`` ``(B, 1, T)`` aligned -> ``(target, valid)``, both
         ``(B, m, bands + fine_bins)``; ``valid`` is 0 where the frame holds no signal (no answer exists).
-        ``exponent``: the target is ``(S / (S + N)) ** exponent`` (0.5: the amplitude ratio; 1: the Wiener
-        gain, which removes more noise and more speech)."""
+        ``exponent`` 0.5 is the amplitude ratio, 1 the Wiener gain (more noise and more speech removed)."""
         zeros = noisy.new_zeros(int(noisy.shape[0]), 1, self.hop)
         s = self._powers(self._frames(clean, zeros)[0] @ self.analysis)
         n = self._powers(self._frames(noisy - clean, zeros)[0] @ self.analysis)
