@@ -573,3 +573,50 @@ def test_noise_perturbations_move_the_spectrum_and_stay_seeded() -> None:
     a = draw_noise(n, np.random.default_rng(3), every)
     assert a.shape == (n,) and a.dtype == np.float32 and np.isfinite(a).all() and np.abs(a).max() > 0
     np.testing.assert_array_equal(a, draw_noise(n, np.random.default_rng(3), every))
+
+
+def test_tonal_events_and_ambience_are_reproducible_at_level_and_drawn_by_weight() -> None:
+    from edgessm.data.augment import draw_noise
+    from edgessm.data.noise import ambience, tonal_events
+
+    for make in (tonal_events, ambience):
+        for seed in range(6):  # several seeds: each draws its own kind of event or ambience
+            a, b = make(40000, np.random.default_rng(seed)), make(40000, np.random.default_rng(seed))
+            assert a.dtype == np.float32 and a.shape == (40000,) and np.array_equal(a, b)
+            assert np.isfinite(a).all()
+            assert 20 * np.log10(np.sqrt(np.mean(a.astype(np.float64) ** 2))) == pytest.approx(-20.0, abs=0.01)
+        assert make(1, np.random.default_rng(0)).shape == (1,)
+    # tonal events are tonal: in most 64 ms frames a few spectral peaks hold much of the energy
+    x = tonal_events(16000 * 8, np.random.default_rng(3)).astype(np.float64)
+    frames = x[: len(x) // 1024 * 1024].reshape(-1, 1024) * np.hanning(1024)
+    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
+    loud = power.sum(1) > 0.1 * np.median(power.sum(1))
+    top = np.sort(power[loud], axis=1)[:, -20:].sum(1) / power[loud].sum(1)
+    assert np.median(top) > 0.5  # 20 of 513 bins; white noise would hold ~4%
+    # ambience drifts: its level over 0.5 s windows varies far more than stationary noise's would
+    levels = [np.std(np.diff(_window_db(ambience(16000 * 10, np.random.default_rng(s))))) for s in range(8)]
+    white = np.random.default_rng(0).standard_normal(16000 * 10)
+    assert max(levels) > 5 * np.std(np.diff(_window_db(white)))
+    # with only one weight set every draw is that kind, and a recipe without the new kinds keeps its draws
+    for field_name, make in (("tonal", tonal_events), ("ambient", ambience)):
+        only = NoiseSourceConfig(bank=0.0, colored=0.0, babble=0.0, **{field_name: 1.0})
+        r = np.random.default_rng(2)
+        r.random()
+        assert np.array_equal(draw_noise(16000, np.random.default_rng(2), only), make(16000, r))
+    # a recipe without the new kinds keeps its draws: the source is picked as it was among five kinds
+    from edgessm.data.noise import colored_noise, hum_clicks, music_like
+
+    old = NoiseSourceConfig(bank=0.0, colored=1.0, babble=0.0, music=1.0, hum=1.0)
+    for seed in range(20):
+        r = np.random.default_rng(seed)
+        kind = int(r.choice(5, p=np.array([0, 1, 0, 1, 1]) / 3))
+        if kind == 1:
+            expect = colored_noise(8000, r, float(r.uniform(-2.0, 2.0)))
+        else:
+            expect = music_like(8000, r) if kind == 3 else hum_clicks(8000, r)
+        assert np.array_equal(draw_noise(8000, np.random.default_rng(seed), old), expect)
+
+
+def _window_db(x: np.ndarray, n: int = 8000) -> np.ndarray:
+    w = x[: len(x) // n * n].reshape(-1, n)
+    return 10 * np.log10(np.mean(w.astype(np.float64) ** 2, axis=1) + 1e-20)

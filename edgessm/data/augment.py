@@ -25,7 +25,17 @@ import numpy as np
 
 from .audio import SAMPLE_RATE
 from .corpora import shared_data_dir
-from .noise import COLORS, NoiseBank, SpeechSource, babble, colored_noise, hum_clicks, music_like
+from .noise import (
+    COLORS,
+    NoiseBank,
+    SpeechSource,
+    ambience,
+    babble,
+    colored_noise,
+    hum_clicks,
+    music_like,
+    tonal_events,
+)
 from .rir import RirBank, RoomSimConfig, reverb, reverb_pair
 
 __all__ = [
@@ -500,6 +510,8 @@ class NoiseSourceConfig:
     babble: float = 0.2
     music: float = 0.0  # procedural music (noise.music_like)
     hum: float = 0.0  # mains hum, buzz and clicks (noise.hum_clicks)
+    tonal: float = 0.0  # sirens, beeps, whistles, chirps, animal-like calls (noise.tonal_events)
+    ambient: float = 0.0  # drifting wind, rain, fans and engines (noise.ambience)
     colored_exponent: tuple[float, float] = (-2.0, 2.0)
     babble_talkers: tuple[int, int] = (3, 6)
     # Perturbations that make a few recordings many (each off at 0; no random draw then, so recipes
@@ -599,6 +611,8 @@ def _one_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
             config.babble if babble_speech is not None else 0.0,
             config.music,
             config.hum,
+            config.tonal,  # new kinds go last: a recipe without them keeps its exact draws
+            config.ambient,
         ]
     )
     if not weights.sum() > 0:
@@ -612,7 +626,11 @@ def _one_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
         return babble(babble_speech, length, rng, talkers=config.babble_talkers)
     if kind == 3:
         return music_like(length, rng)
-    return hum_clicks(length, rng)
+    if kind == 4:
+        return hum_clicks(length, rng)
+    if kind == 5:
+        return tonal_events(length, rng)
+    return ambience(length, rng)
 
 
 class KwsAugment:

@@ -1,5 +1,6 @@
 """Noise sources for augmentation: real recordings (:class:`NoiseBank`), colored noise, babble,
-procedural music, mains hum with clicks.
+procedural music, mains hum with clicks, tonal events (sirens, beeps, chirps, calls) and drifting
+ambience (wind, rain, fans).
 
 numpy only (no torch), so it runs in DataLoader workers. Every random choice comes from the
 ``numpy.random.Generator`` passed in: the same generator state gives the same samples.
@@ -192,6 +193,113 @@ def hum_clicks(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, lev
         n = min(n, length - start)
         clicks[start : start + n] += (rng.random(n) < 0.01) * rng.standard_normal(n) * rng.uniform(2, 8)
     return _to_level(out * rng.uniform(0.3, 1.0) + clicks, level_dbfs)
+
+
+def tonal_events(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0) -> np.ndarray:
+    """Tonal sound events with pitch contours over a faint floor: sirens (slow sweeps), alarm and
+    phone beeps, whistles, bird-like chirps (fast sweeps at 2-6 kHz) and animal-like harmonic calls
+    (a rise-fall pitch contour at 250-900 Hz with harmonics). Everyday interferers that, like
+    voiced speech, are harmonic and move in pitch, which the stationary and broadband recordings of
+    the noise bank never show a mask network.
+
+    Returns:
+        ``(length,)`` float32 at ``level_dbfs`` RMS.
+    """
+    if length < 2:
+        return np.zeros(max(0, length), np.float32)
+    out = 10 ** (rng.uniform(-45, -25) / 20) * rng.standard_normal(length)
+
+    def voice(contour: np.ndarray, harmonics: int, tilt: float) -> np.ndarray:
+        """A harmonic tone following the pitch ``contour`` (Hz per sample), harmonics above 7.5 kHz dropped."""
+        phase = 2 * np.pi * np.cumsum(contour) / sr
+        k = np.arange(1, harmonics + 1)[:, None]
+        amps = k**-tilt * (k * contour.max() < sr / 2 - 500)
+        return (amps * np.sin(k * phase[None] + rng.uniform(0, 2 * np.pi, (harmonics, 1)))).sum(0)
+
+    def envelope(n: int, attack: float) -> np.ndarray:
+        t = np.arange(n) / sr
+        return np.minimum(1.0, t / attack) * np.minimum(1.0, (n / sr - t) / attack)
+
+    pos = int(rng.integers(-sr // 2, sr // 2))
+    while pos < length:
+        kind = rng.choice(["siren", "beeps", "whistle", "chirps", "call"])
+        n = int(sr * rng.uniform(0.3, 2.5))
+        t = np.arange(n) / sr
+        if kind == "siren":  # wailing or yelping sweep between two pitches
+            lo, hi = sorted(rng.uniform(400, 1800, 2))
+            contour = lo + (hi - lo) * 0.5 * (1 - np.cos(2 * np.pi * rng.uniform(0.3, 4.0) * t))
+            x = voice(contour, 4, rng.uniform(0.8, 2.0))
+        elif kind == "beeps":  # on/off tone, one or two pitches
+            f = rng.uniform(800, 4000, 2)
+            period = rng.uniform(0.1, 0.6)
+            on = (t % period) < period * rng.uniform(0.3, 0.7)
+            which = (t // period).astype(int) % 2 if rng.random() < 0.5 else np.zeros(n, int)
+            x = np.sin(2 * np.pi * np.cumsum(f[which]) / sr) * on
+        elif kind == "whistle":  # a pure tone gliding slowly, with vibrato
+            f0 = rng.uniform(1000, 3000)
+            contour = f0 * (1 + rng.uniform(-0.3, 0.3) * t / t[-1] + 0.01 * np.sin(2 * np.pi * 5 * t))
+            x = voice(contour, 1, 1.0)
+        elif kind == "chirps":  # a burst of short fast sweeps
+            x = np.zeros(n)
+            for start in np.sort(rng.integers(0, n, int(rng.integers(2, 12)))):
+                m = min(n - int(start), int(sr * rng.uniform(0.02, 0.15)))
+                f = np.linspace(*rng.uniform(2000, 6000, 2), m)
+                x[start : start + m] += np.sin(2 * np.pi * np.cumsum(f) / sr) * np.hanning(m)
+        else:  # an animal-like call: rise-fall pitch, several harmonics, a little roughness
+            f0 = rng.uniform(250, 900)
+            contour = f0 * (1 + rng.uniform(0.1, 0.6) * np.sin(np.pi * t / t[-1]) ** rng.uniform(0.5, 2))
+            contour *= 1 + 0.02 * rng.standard_normal(n).cumsum() / np.sqrt(n)
+            x = voice(contour, int(rng.integers(3, 10)), rng.uniform(0.3, 1.5))
+        x = x * envelope(n, rng.uniform(0.005, 0.05)) * 10 ** (rng.uniform(-10, 0) / 20)
+        a, b = max(pos, 0), min(pos + n, length)
+        if b > a:
+            out[a:b] += x[a - pos : b - pos] / (np.sqrt(np.mean(x**2)) + 1e-12)
+        pos += n + int(sr * rng.exponential(0.5))
+    return _to_level(out, level_dbfs)
+
+
+def ambience(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0) -> np.ndarray:
+    """Non-stationary broadband background: wind or traffic (red-to-pink noise through a low-pass
+    whose cutoff and level drift over seconds), rain (a dense stream of tiny filtered drops), or a
+    fan or engine (broadband noise plus a blade/motor tone with harmonics and a slow wobble). The
+    drifting level and colour is what a mask must track and the looped bank recordings do not show.
+
+    Returns:
+        ``(length,)`` float32 at ``level_dbfs`` RMS.
+    """
+    if length < 2:
+        return np.zeros(max(0, length), np.float32)
+    t = np.arange(length) / sr
+
+    def drift(rate_hz: float, depth_db: float) -> np.ndarray:
+        """A smooth random gain curve: low-passed noise, ``depth_db`` peak to peak-ish."""
+        knots = max(2, int(length / sr * rate_hz) + 2)
+        curve = np.interp(t, np.linspace(0, t[-1], knots), rng.standard_normal(knots))
+        return 10 ** (depth_db / 20 * curve / 2)
+
+    kind = rng.choice(["wind", "rain", "fan"])
+    if kind == "wind":
+        base = colored_noise(length, rng, rng.uniform(-2.0, -1.0), 0.0).astype(np.float64)
+        spec = np.fft.rfft(base)
+        cutoff = rng.uniform(200, 2000)
+        spec /= np.sqrt(1 + (np.fft.rfftfreq(length, 1 / sr) / cutoff) ** 4)
+        out = np.fft.irfft(spec, n=length) * drift(rng.uniform(0.2, 2.0), rng.uniform(6, 20))
+    elif kind == "rain":
+        drops = (rng.random(length) < rng.uniform(0.002, 0.05)) * rng.standard_normal(length) ** 3
+        kernel = np.exp(-np.arange(int(sr * 0.002)) / (sr * rng.uniform(0.0002, 0.001)))
+        out = np.convolve(drops, kernel, mode="same")
+        out = np.diff(out, prepend=0.0) if rng.random() < 0.5 else out  # brighter or duller drops
+        out = out / (np.sqrt(np.mean(out**2)) + 1e-12) + 0.3 * colored_noise(length, rng, -1.0, 0.0)
+        out *= drift(rng.uniform(0.1, 0.5), rng.uniform(3, 10))
+    else:
+        f0 = rng.uniform(30, 250) * (1 + 0.01 * np.sin(2 * np.pi * rng.uniform(0.1, 1) * t))
+        phase = 2 * np.pi * np.cumsum(f0) / sr
+        tone = sum(k ** -rng.uniform(0.5, 1.5) * np.sin(k * phase + rng.uniform(0, 6.3)) for k in range(1, 12))
+        tone = tone / (np.sqrt(np.mean(tone**2)) + 1e-12)
+        floor = colored_noise(length, rng, rng.uniform(-1.5, 0.0), 0.0)
+        out = floor + 10 ** (rng.uniform(-15, 5) / 20) * tone
+        out *= drift(rng.uniform(0.05, 0.5), rng.uniform(1, 6))
+    return _to_level(out, level_dbfs)
 
 
 class NoiseBank:
