@@ -247,7 +247,8 @@ def tonal_events(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, l
                 x[start : start + m] += np.sin(2 * np.pi * np.cumsum(f) / sr) * np.hanning(m)
         else:  # an animal-like call: rise-fall pitch, several harmonics, a little roughness
             f0 = rng.uniform(250, 900)
-            contour = f0 * (1 + rng.uniform(0.1, 0.6) * np.sin(np.pi * t / t[-1]) ** rng.uniform(0.5, 2))
+            rise_fall = np.clip(np.sin(np.pi * t / t[-1]), 0.0, 1.0)  # sin(pi) rounds to -1e-16: clip before the power
+            contour = f0 * (1 + rng.uniform(0.1, 0.6) * rise_fall ** rng.uniform(0.5, 2))
             contour *= 1 + 0.02 * rng.standard_normal(n).cumsum() / np.sqrt(n)
             x = voice(contour, int(rng.integers(3, 10)), rng.uniform(0.3, 1.5))
         x = x * envelope(n, rng.uniform(0.005, 0.05)) * 10 ** (rng.uniform(-10, 0) / 20)
