@@ -30,7 +30,7 @@ def test_arch_picks_the_network_and_unknown_ones_are_refused() -> None:
         build_network("denoise", **{**SMALL, "fine_bins": 40})
 
 
-@pytest.mark.parametrize("over", [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}, {"gain_release": 0.6}])
+@pytest.mark.parametrize("over", [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}])
 def test_stream_equals_parallel_for_any_chunking(over: dict) -> None:
     net = _net(**over)
     x = 0.1 * torch.randn(2, 1, 32 * 60)
@@ -40,29 +40,6 @@ def test_stream_equals_parallel_for_any_chunking(over: dict) -> None:
             ys, _ = run_chunked(net, x, sizes)
             assert (ys - y).abs().max() < 1e-6
     assert y.abs().max() > 1e-3  # not silence
-
-
-def test_gain_release_limits_how_fast_gains_fall_and_is_an_output_stage_only() -> None:
-    """g_t = max(ĝ_t, r g_{t-1}): after a loud frame the gains decay by r per frame at most; the raw gains
-    (what training scores) and the parameters are those of the network without the release."""
-    plain, released = _net(), _net(gain_release=0.5)
-    released.load_state_dict(plain.state_dict())
-    assert [n for n, _ in released.state_shapes()][-2:] == ["last_gains", "tail"]
-    x = torch.zeros(1, 1, 32 * 30)
-    x[..., 32 * 5 : 32 * 10] = 0.5 * torch.randn(32 * 5)  # a burst, then silence
-    with torch.no_grad():
-        (_, g_plain), (_, g_rel) = plain(x, with_gains=True), released(x, with_gains=True)
-        assert torch.equal(g_plain, g_rel)  # raw gains unchanged
-        assert (released(x) - plain(x)).abs().max() > 1e-4  # the output is masked with the released gains
-        applied, _ = released._release(g_rel, torch.zeros(1, 1, g_rel.shape[-1]))
-    assert (applied >= g_rel).all()
-    assert (applied[:, 1:] >= 0.5 * applied[:, :-1] - 1e-7).all()  # never falls faster than r
-    expect = g_rel.clone()
-    for t in range(1, expect.shape[1]):
-        expect[:, t] = torch.maximum(g_rel[:, t], 0.5 * expect[:, t - 1])
-    assert torch.allclose(applied, expect)
-    with pytest.raises(ValueError, match=r"gain_release is a per-frame factor in \[0, 1\)"):
-        _net(gain_release=1.0)
 
 
 def test_unit_gains_reconstruct_the_input_one_hop_late() -> None:

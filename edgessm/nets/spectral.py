@@ -53,10 +53,6 @@ class SpectralDenoiserConfig(BlockOptions):
     dt_min: float = 1e-3
     dt_max: float = 1e-1
     pre_conv: int = 0  # causal depthwise Conv1d over this many frames before each SSM (0: none)
-    # Gain release (RNNoise's 0.6): a gain may fall by at most this factor per frame, g_t = max(ĝ_t, r g_{t-1}),
-    # so speech tails and gaps are not chopped into musical noise. 0: off. An output stage only: training
-    # scores the raw gains, so a trained model may be exported with any release.
-    gain_release: float = 0.0
 
 
 class SpectralDenoiser(ElasticBudget, Streamable):
@@ -71,8 +67,6 @@ class SpectralDenoiser(ElasticBudget, Streamable):
             raise ValueError("channels, states and kinds must have one entry per block (at least one)")
         n_fft = 2 * cfg.hop
         bins = n_fft // 2 + 1
-        if not 0.0 <= cfg.gain_release < 1.0:
-            raise ValueError(f"gain_release is a per-frame factor in [0, 1) (0: off), got {cfg.gain_release}")
         if not 0 <= cfg.fine_bins <= bins:
             raise ValueError(f"fine_bins must be in [0, {bins}] for hop {cfg.hop}, got {cfg.fine_bins}")
         self.cfg, self.hop, self.n_fft, self.bins = cfg, cfg.hop, n_fft, bins
@@ -152,15 +146,6 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         total = s + n
         return (s / total.clamp_min(floor)) ** exponent, (total > floor).to(s.dtype)
 
-    def _release(self, gains: Tensor, last: Tensor) -> tuple[Tensor, Tensor]:
-        """Gains ``(B, m, G)`` after the previous frame's ``last (B, 1, G)`` -> released gains and the new last:
-        ``g_t = max(ĝ_t, r g_{t-1})``, a frame at a time (m is 1-10 frames per streamed chunk)."""
-        r, out = self.cfg.gain_release, []
-        for t in range(int(gains.shape[1])):
-            last = torch.maximum(gains[:, t : t + 1], r * last)
-            out.append(last)
-        return torch.cat(out, dim=1), last
-
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
         b, m, hop = int(frames.shape[0]), int(frames.shape[1]), self.hop
@@ -187,12 +172,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
                 new.extend(s)
                 pos += k
         coarse = self._coarse_gains(h)
-        applied = coarse
-        if self.cfg.gain_release:
-            last = coarse.new_zeros(coarse.shape[0], 1, coarse.shape[-1]) if state is None else state[pos]
-            applied, last = self._release(coarse, last)
-            new.append(last)
-        gains = self._gains(applied)
+        gains = self._gains(coarse)
         masked = spec * torch.cat([gains, gains], dim=-1)
         y, tail = self._overlap_add(masked @ self.synthesis, tail)
         return y, [*new, tail], coarse
@@ -214,8 +194,6 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         shapes = [("history", (1, self.hop))]
         for i, block in enumerate(self.blocks):
             shapes += [(f"block{i}.{n}", s) for n, s in block.state_shapes()]
-        if self.cfg.gain_release:
-            shapes.append(("last_gains", (1, self.cfg.bands + self.cfg.fine_bins)))
         return [*shapes, ("tail", (1, self.hop))]
 
     def counts(self) -> Counts:
@@ -226,7 +204,6 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         per_frame = 2 * (2 * n_fft * 2 * bins)  # analysis and synthesis matrix products
         per_frame += 3 * bins + 2 * bins * cfg.bands + 3 * features  # power, ERB bands, log and affine
         per_frame += 2 * self.head.weight.numel() + 4 * features + 2 * cfg.bands * bins + 2 * bins  # head, mask
-        per_frame += 2 * features if cfg.gain_release else 0  # the release's multiply and max
         params = 2 * features + self.head.weight.numel() + self.head.bias.numel()
         blocks = Counts(0, 0.0)
         for block in self.blocks:
