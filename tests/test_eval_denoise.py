@@ -124,3 +124,23 @@ def test_eval_of_a_model_folder_scores_its_int8_graph_in_the_same_run(tmp_path, 
     a, b = report["systems"]["dn"]["mean"], report["systems"]["dn int8"]["mean"]
     assert a["si_sdr"] != b["si_sdr"] and abs(a["si_sdr"] - b["si_sdr"]) < 3.0  # two graphs, close results
     assert "| dn int8 |" in (out / "report.md").read_text()
+
+
+def test_oracle_system_applies_the_ideal_mask_time_aligned() -> None:
+    """`--peers oracle`: the ideal mask of the shipped layout, computed from the mixture's clean speech,
+    removes most of the noise and returns the input's length, aligned (exponent 1 removes more noise)."""
+    from edgessm.eval.metrics import si_sdr
+
+    rng = np.random.default_rng(1)
+    clean = _speech(2.0)
+    c, noisy = denoise.mix(clean, rng.standard_normal(32000).astype(np.float32), 0.0, level_dbfs=-25.0)
+    m = denoise.Mixture("m", "s", "white", 0.0, c, noisy)
+    out = {e: denoise.oracle_system([m], exponent=e)(noisy) for e in (0.5, 1.0)}
+    for y in out.values():
+        assert y.shape == noisy.shape and y.dtype == np.float32
+        assert si_sdr(y, c) > si_sdr(noisy, c) + 8.0  # aligned: a shift of one hop would score far lower
+    residual = {e: float(np.mean((y - c) ** 2)) for e, y in out.items()}
+    assert np.mean(out[1.0] ** 2) < np.mean(out[0.5] ** 2)  # the Wiener gain removes more
+    assert min(residual.values()) < 0.1 * float(np.mean((noisy - c) ** 2))
+    with pytest.raises(KeyError):
+        denoise.oracle_system([m])(noisy[::-1].copy())  # it only knows its own mixtures

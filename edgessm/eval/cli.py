@@ -55,7 +55,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "print the lowest one within --max-fa false accepts per hour; uses no test data",
     )
     ap.add_argument("--max-fa", type=float, default=0.5, help="false accepts per hour allowed by --choose-threshold")
-    ap.add_argument("--peers", help="peers scored in the same run: denoisers rnnoise,dfn3 (default both); recognizers "
+    ap.add_argument("--peers", help="peers scored in the same run: denoisers rnnoise,dfn3 (default both; also oracle, "
+                                    "oracle-wiener: the ideal mask at the spectral network's resolution); recognizers "
                                     "pocketsphinx (default); 'none' for none")  # fmt: skip
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
     ap.add_argument("--limit", type=int, default=0,
@@ -164,6 +165,10 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
         latency[f"{name} int8"] = latency[name]
     peers = [p.strip() for p in (args.peers or "rnnoise,dfn3").split(",") if p.strip() and p.strip() != "none"]
     for key in peers:
+        if key in ("oracle", "oracle-wiener"):  # diagnostics: the ideal mask of the shipped layout
+            systems[key] = denoise.oracle_system(mixtures, exponent=1.0 if key == "oracle-wiener" else 0.5)
+            latency[key] = latency[name]
+            continue
         try:
             peer = Peer(key, mixtures[0].clean)
         except (RuntimeError, ValueError) as e:

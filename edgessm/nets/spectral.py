@@ -146,6 +146,14 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         total = s + n
         return (s / total.clamp_min(floor)) ** exponent, (total > floor).to(s.dtype)
 
+    def apply_gains(self, x: Tensor, gains: Tensor) -> Tensor:
+        """``x (B, 1, T)`` masked with given gains ``(B, T / hop, bands + fine_bins)`` (e.g. :meth:`oracle_gains`)
+        through the same DFT, band spreading and overlap-add as the network: ``(B, 1, T)``, ``delay`` late."""
+        zeros = x.new_zeros(int(x.shape[0]), 1, self.hop)
+        spec = self._frames(x, zeros)[0] @ self.analysis
+        per_bin = self._gains(gains)
+        return self._overlap_add((spec * torch.cat([per_bin, per_bin], dim=-1)) @ self.synthesis, zeros)[0]
+
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
         b, m, hop = int(frames.shape[0]), int(frames.shape[1]), self.hop
