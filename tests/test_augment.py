@@ -599,7 +599,7 @@ def test_tonal_events_and_ambience_are_reproducible_at_level_and_drawn_by_weight
     levels = [np.std(np.diff(_window_db(ambience(16000 * 10, np.random.default_rng(s))))) for s in range(8)]
     white = np.random.default_rng(0).standard_normal(16000 * 10)
     assert max(levels) > 5 * np.std(np.diff(_window_db(white)))
-    # with only one weight set every draw is that kind, and a recipe without the new kinds keeps its draws
+    # with only one weight set every draw is that kind
     for field_name, make in (("tonal", tonal_events), ("ambient", ambience)):
         only = NoiseSourceConfig(bank=0.0, colored=0.0, babble=0.0, **{field_name: 1.0})
         r = np.random.default_rng(2)

@@ -150,9 +150,13 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """``x (B, 1, T)`` masked with given gains ``(B, T / hop, bands + fine_bins)`` (e.g. :meth:`oracle_gains`)
         through the same DFT, band spreading and overlap-add as the network: ``(B, 1, T)``, ``delay`` late."""
         zeros = x.new_zeros(int(x.shape[0]), 1, self.hop)
-        spec = self._frames(x, zeros)[0] @ self.analysis
+        return self._synthesise(self._frames(x, zeros)[0] @ self.analysis, gains, zeros)[0]
+
+    def _synthesise(self, spec: Tensor, gains: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
+        """Spectra ``(B, m, 2 bins)`` masked by gains ``(B, m, bands + fine_bins)`` after ``tail`` -> the
+        waveform ``(B, 1, m hop)`` and the new tail (inverse DFT, sqrt-Hann, overlap-add)."""
         per_bin = self._gains(gains)
-        return self._overlap_add((spec * torch.cat([per_bin, per_bin], dim=-1)) @ self.synthesis, zeros)[0]
+        return self._overlap_add((spec * torch.cat([per_bin, per_bin], dim=-1)) @ self.synthesis, tail)
 
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
@@ -180,9 +184,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
                 new.extend(s)
                 pos += k
         coarse = self._coarse_gains(h)
-        gains = self._gains(coarse)
-        masked = spec * torch.cat([gains, gains], dim=-1)
-        y, tail = self._overlap_add(masked @ self.synthesis, tail)
+        y, tail = self._synthesise(spec, coarse, tail)
         return y, [*new, tail], coarse
 
     # --- the streaming contract -------------------------------------------------------------------------
