@@ -19,6 +19,10 @@ COMMANDS = {
     "transcribe": ("edgessm.runtime.transcribe", "speech to text from recordings or live captions (no torch)"),
     "models": ("edgessm.runtime.models", "the shipped models: task, size, compute, graphs; --verify their files"),
     "synth": ("edgessm.data.synth.cli", "make the offline multi-voice synthetic speech corpus (cached, deterministic)"),
+    "label": (
+        "edgessm.data.label",
+        "transcribe untranscribed recordings with the offline teacher (word times, confidence)",
+    ),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),
     "eval": ("edgessm.eval.cli", "measure a model on held-out clips and long test streams (no torch)"),

@@ -81,3 +81,53 @@ def demo_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def shared_standin(root: Path, speakers: int = 300, seed: int = 0) -> Path:
+    """A tiny stand-in for ``../shared/data`` (what a fresh clone lacks): ``real_read_speech`` with one
+    short 'utterance' (harmonic tones, speaker-dependent pitch) per speaker and the two real noise
+    recordings the denoiser evaluation reads, in the shared layout and manifest format."""
+    rng = np.random.default_rng(seed)
+    rows = ["path,speaker,duration_s,transcript,source_repo,licence"]
+    for s in range(speakers):
+        x = np.concatenate([_tone_word(rng.uniform(100, 280), rng, 0.3) for _ in range(2)])
+        rel = f"audio/standin/spk{s:03d}_0.flac"
+        write_audio(root / "real_read_speech" / rel, x, SR)
+        rows.append(f"{rel},standin-{s:03d},{len(x) / SR:.3f},TONES OF SPEAKER {s},tests,CC0")
+    (root / "real_read_speech" / "manifest.csv").write_text("\n".join(rows) + "\n")
+    t = np.arange(SR * 5) / SR
+    noises = {
+        "dude_miaowing": 0.1 * np.sin(2 * np.pi * (600 + 200 * np.sin(2 * np.pi * 0.5 * t)) * t),
+        "running_tap": 0.05 * rng.normal(size=t.size),
+    }
+    for name, x in noises.items():
+        write_audio(root / "speech_commands_background_noise" / f"{name}.wav", x.astype(np.float32), SR)
+    return root
+
+
+def shared_or_standin(tmp_factory, monkeypatch, *folders: str) -> Path:
+    """The real shared data folder when it has ``folders``; otherwise a :func:`shared_standin` made once
+    per session, with ``EDGESSM_SHARED_DATA`` pointed at it for the test."""
+    from edgessm.data.corpora import shared_data_dir
+
+    real = shared_data_dir(required=False)
+    if real is not None and all((real / f).is_dir() for f in folders):
+        return real
+    standin = tmp_factory.getbasetemp() / "shared-standin"
+    if not (standin / "real_read_speech" / "manifest.csv").is_file():
+        shared_standin(standin)
+    monkeypatch.setenv("EDGESSM_SHARED_DATA", str(standin))
+    return standin
+
+
+def skip_without_shared(*folders: str) -> Path:
+    """The shared data folder, or skip the test (with the reason) when it or one of ``folders`` is absent."""
+    import pytest
+
+    from edgessm.data.corpora import shared_data_dir
+
+    real = shared_data_dir(required=False)
+    missing = [f for f in folders if real is None or not (real / f).is_dir()]
+    if real is None or missing:
+        pytest.skip(f"needs ../shared/data ({', '.join(missing) or 'the folder'}), absent on this machine")
+    return real

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures import shared_or_standin, skip_without_shared
 
 from edgessm.data.corpora import shared_read_speech
 from edgessm.data.manifest import assign_split
@@ -15,6 +16,12 @@ from edgessm.eval import denoise
 from edgessm.eval.peers import Peer, estimate_delay
 
 RECIPE = Path(__file__).resolve().parents[1] / "edgessm" / "train" / "configs" / "denoise.toml"
+
+
+@pytest.fixture
+def shared(tmp_path_factory, monkeypatch) -> Path:
+    """The shared recordings the evaluation mixes, or a small stand-in on a machine without them."""
+    return shared_or_standin(tmp_path_factory, monkeypatch, "real_read_speech", "speech_commands_background_noise")
 
 
 def _speech(seconds: float = 3.0) -> np.ndarray:
@@ -42,6 +49,7 @@ def test_estimate_delay_finds_a_known_lag():
 
 
 def test_test_speakers_are_never_trained_or_validated_on():
+    skip_without_shared("real_read_speech")  # a property of the real recordings and the recipe's split
     data = tomllib.loads(RECIPE.read_text())["data"]
     val_pct, test_pct = data.get("validation_pct", 10.0), data["test_pct"]
     test = set(denoise.test_speakers(val_pct, test_pct))
@@ -52,7 +60,7 @@ def test_test_speakers_are_never_trained_or_validated_on():
     assert not set(data["test_noise_holdout"]) & set(data["val_noise_holdout"])
 
 
-def test_mixtures_cover_every_noise_and_snr_and_are_reproducible():
+def test_mixtures_cover_every_noise_and_snr_and_are_reproducible(shared):
     a = denoise.test_mixtures(per_speaker=1, seed=3)
     b = denoise.test_mixtures(per_speaker=1, seed=3)
     assert [m.name for m in a] == [m.name for m in b]
@@ -65,7 +73,11 @@ def test_mixtures_cover_every_noise_and_snr_and_are_reproducible():
 
 @pytest.mark.parametrize("key", ["rnnoise", "dfn3"])
 def test_peer_output_is_time_aligned(key):
-    probe = denoise.test_mixtures(per_speaker=1, seed=0)[0].clean
+    from fixtures import DEMOS
+
+    from edgessm.data.audio import load_audio
+
+    probe = load_audio(DEMOS / "keywords.wav", 16000)[0][: 6 * 16000]  # real words, 30 dB over quiet noise
     peer = Peer(key, probe)
     assert 0 < peer.delay < 1600  # frame delay plus lookahead, under 100 ms
     y = peer(probe)
@@ -75,7 +87,7 @@ def test_peer_output_is_time_aligned(key):
     assert corr > 0.8
 
 
-def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys):
+def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys, shared):
     import torch
     from test_denoise_cli import TINY  # the tiny random denoiser the CLI tests use
 
@@ -102,7 +114,7 @@ def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys):
         main(["eval", str(graph), "--sets", "sc-test"])
 
 
-def test_eval_of_a_model_folder_scores_its_int8_graph_in_the_same_run(tmp_path, monkeypatch) -> None:
+def test_eval_of_a_model_folder_scores_its_int8_graph_in_the_same_run(tmp_path, monkeypatch, shared) -> None:
     import torch
     from test_denoise_cli import TINY
 

@@ -52,10 +52,11 @@ def synth_manifest(name: str) -> Path:
 
 
 def shared_data_dir(required: bool = True) -> Path | None:
-    """The project's real-recordings folder: ``$EDGESSM_SHARED_DATA``, else ``../shared/data`` beside the repo."""
+    """The project's real-recordings folder: ``$EDGESSM_SHARED_DATA`` when it is set (then only there:
+    pointing it at a missing folder runs everything as on a machine without the recordings), else
+    ``../shared/data`` beside the repo."""
     env = os.environ.get("EDGESSM_SHARED_DATA")
-    candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[3] / "shared" / "data")
+    candidates = [Path(env).expanduser()] if env else [Path(__file__).resolve().parents[3] / "shared" / "data"]
     for c in candidates:
         if c.is_dir():
             return c

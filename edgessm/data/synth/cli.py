@@ -5,13 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .config import DEFAULT_VARIANTS, DEFAULT_WEIGHTS, ENGINE_NAMES, KINDS, PRESETS, PerVoice, default_dir
+from .config import (
+    DEFAULT_BLENDS,
+    DEFAULT_ENGINES,
+    DEFAULT_VARIANTS,
+    DEFAULT_WEIGHTS,
+    ENGINE_NAMES,
+    KINDS,
+    PRESETS,
+    PerVoice,
+    default_dir,
+)
 
 _EXAMPLES = """
 examples:
   %(prog)s --list-voices
   %(prog)s --preset tiny --name tiny
   %(prog)s --engines espeak-ng flite --kinds keywords unknown --out /data/synth-kws
+  %(prog)s --engine kokoro --words marvin,sheila,visual --blends 500 --teacher-gate --out /data/kokoro-words
 """
 
 
@@ -41,8 +52,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unknown", type=int, help="unknown-class words per voice (overrides the preset)")
     parser.add_argument("--sentences", type=int, help="sentences per voice (overrides the preset)")
     parser.add_argument("--sentence-pool", type=int, default=1000, help="distinct generated sentences (default: 1000)")
-    parser.add_argument("--kinds", nargs="+", default=list(KINDS), metavar="KIND", help=f"any of {', '.join(KINDS)}")
-    parser.add_argument("--engines", nargs="+", metavar="ENGINE", help=f"default: all of {', '.join(ENGINE_NAMES)}")
+    parser.add_argument("--kinds", nargs="+", metavar="KIND",
+                        help=f"any of {', '.join(KINDS)} (default: all; only keywords with --words)")  # fmt: skip
+    parser.add_argument(
+        "--engines", nargs="+", metavar="ENGINE",
+        help=f"any of {', '.join(ENGINE_NAMES)} (default: {' '.join(DEFAULT_ENGINES)}; kokoro when named)",
+    )  # fmt: skip
+    parser.add_argument("--words", nargs="+", metavar="WORD",
+                        help="say these words (comma or space separated) instead of the 35 keywords")  # fmt: skip
+    parser.add_argument("--blends", type=int, default=DEFAULT_BLENDS,
+                        help=f"Kokoro: voice blends (convex mixes of 2-3 base voices; default {DEFAULT_BLENDS}), "
+                        "each a speaker of its own besides the base voices")  # fmt: skip
+    parser.add_argument("--voice-dir", help="Kokoro: folder of base style vectors (*.npy; default: the shared "
+                        "data's kokoro_voices or $EDGESSM_KOKORO_VOICES)")  # fmt: skip
+    parser.add_argument("--teacher-gate", action="store_true",
+                        help="score every word clip with the offline teacher (Whisper tiny.en) and leave out "
+                        "those it cannot hear as their word")  # fmt: skip
+    parser.add_argument("--gate-threshold", type=float, default=0.1,
+                        help="teacher score below which a word clip is left out (default 0.1)")  # fmt: skip
     parser.add_argument(
         "--espeak-variants", nargs="+", metavar="VARIANT",
         help=f"espeak-ng variants per accent ('all' for every installed one; default: {' '.join(DEFAULT_VARIANTS)})",
@@ -70,7 +97,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         weights = _weights(args.weights)
         if args.list_voices:
-            statuses = discover(make_engines(engines, variants))
+            statuses = discover(
+                make_engines(engines, variants, blends=args.blends, voice_dir=args.voice_dir, seed=args.seed)
+            )
             for line in describe_inventory(statuses):
                 print(line)
             for st in statuses.values():
@@ -83,9 +112,13 @@ def run(args: argparse.Namespace) -> int:
             unknown=base.unknown if args.unknown is None else args.unknown,
             sentences=base.sentences if args.sentences is None else args.sentences,
         )
+        words = _csv_or_list(args.words) if args.words else None
+        kinds = _csv_or_list(args.kinds) if args.kinds else (["keywords"] if words else list(KINDS))
+        if args.blends < 0:
+            raise ValueError("--blends must be >= 0")
         report = generate_corpus(
             args.out if args.out else default_dir(args.name),
-            kinds=_csv_or_list(args.kinds),
+            kinds=kinds,
             per_voice=amounts,
             seed=args.seed,
             engines=engines,
@@ -96,6 +129,11 @@ def run(args: argparse.Namespace) -> int:
             espeak_variants=variants,
             voices=args.voices,
             prune=args.prune,
+            blends=args.blends,
+            voice_dir=args.voice_dir,
+            teacher_gate=args.teacher_gate,
+            gate_threshold=args.gate_threshold,
+            **({"keywords": words} if words else {}),
         )
     except (ValueError, argparse.ArgumentTypeError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -6,7 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS: tuple[str, ...] = ("keywords", "unknown", "sentences")
-ENGINE_NAMES: tuple[str, ...] = ("espeak-ng", "flite", "festival", "piper")
+ENGINE_NAMES: tuple[str, ...] = ("espeak-ng", "flite", "festival", "piper", "kokoro")
+# what `edgessm synth` uses unless --engines says otherwise: Kokoro (neural, ~0.4 s of CPU per word) is
+# asked for by name, so the default corpus (and the recipes built on it) stay as they were
+DEFAULT_ENGINES: tuple[str, ...] = ("espeak-ng", "flite", "festival", "piper")
+DEFAULT_BLENDS = 200  # Kokoro voice blends unless --blends says otherwise
 
 # espeak-ng variants that sound like plausible speakers (the classic male/female sets, a few contributed
 # voices and the Klatt-source voices); novelty variants (whisper, robots, "Demonic", announcers) are left out.
@@ -37,7 +41,7 @@ PRESETS: dict[str, PerVoice] = {
     "standard": PerVoice(),
 }
 # Few-voice engines say more per voice (their renditions differ by engine noise, rate and perturbations).
-DEFAULT_WEIGHTS: dict[str, int] = {"espeak-ng": 1, "flite": 4, "festival": 4, "piper": 16}
+DEFAULT_WEIGHTS: dict[str, int] = {"espeak-ng": 1, "flite": 4, "festival": 4, "piper": 16, "kokoro": 1}
 
 
 def default_dir(name: str = "default") -> Path:

@@ -28,8 +28,10 @@ from edgessm.data.audio import SAMPLE_RATE, write_audio
 from edgessm.data.labels import UNKNOWN
 from edgessm.data.manifest import Clip, write_manifest
 
-from .config import DEFAULT_WEIGHTS, KINDS, PRESETS, PerVoice, default_dir
+from .config import DEFAULT_BLENDS, DEFAULT_WEIGHTS, KINDS, PRESETS, PerVoice, default_dir
 from .engines import Engine, EngineError, EngineStatus, Voice, discover, make_engines
+from .gate import DEFAULT_THRESHOLD, GATED_KINDS, GateReport
+from .gate import teacher_gate as run_gate
 from .perturb import Perturbation, render, sample_perturbation
 from .splits import SPLITS, assign_splits
 from .texts import KEYWORDS, Sentence, generate_sentences, normalize_transcript, stable_unit, unknown_words
@@ -218,6 +220,7 @@ class CorpusReport:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     stale: int = 0
+    gate: GateReport | None = None
 
     def summary(self) -> str:
         lines = [f"corpus: {self.out_dir}"]
@@ -230,6 +233,8 @@ class CorpusReport:
         )
         if self.stale:
             lines.append(f"  {self.stale} files from other parameters are not in the manifest (--prune deletes them)")
+        if self.gate is not None:
+            lines += self.gate.lines()
         lines += [f"  error: {e}" for e in self.errors[:5]]
         return "\n".join(lines)
 
@@ -304,6 +309,10 @@ def generate_corpus(
     voices: Sequence[str] | None = None,
     prune: bool = False,
     log: Callable[[str], None] | None = print,
+    blends: int = DEFAULT_BLENDS,
+    voice_dir: str | os.PathLike | None = None,
+    teacher_gate: bool = False,
+    gate_threshold: float = DEFAULT_THRESHOLD,
 ) -> CorpusReport:
     """Generate (or complete) a synthetic corpus and write its ``manifest.csv`` and ``corpus.json``.
 
@@ -323,6 +332,9 @@ def generate_corpus(
             splits are still assigned over the full inventory, so they do not change.
         prune: delete wav files under the corpus that this plan does not contain.
         log: where the inventory and summary lines go (``None``: silent).
+        blends: Kokoro voice blends (with ``engines`` naming ``kokoro``); ``voice_dir`` its base voices.
+        teacher_gate: score every word clip with the offline teacher and leave out of the manifest those
+            it cannot hear as their word (below ``gate_threshold``; see :mod:`.gate`).
 
     Returns:
         A :class:`CorpusReport`; the same arguments always give byte-identical wav files and manifest.
@@ -331,7 +343,7 @@ def generate_corpus(
     say = log or (lambda _: None)
     root = Path(out_dir).expanduser() if out_dir is not None else default_dir(name)
     amounts = PRESETS[per_voice] if isinstance(per_voice, str) else per_voice
-    adapters = make_engines(engines, espeak_variants)
+    adapters = make_engines(engines, espeak_variants, blends=blends, voice_dir=voice_dir, seed=seed)
     statuses = discover(adapters)
     say("TTS engines:")
     for line in describe_inventory(statuses):
@@ -358,12 +370,18 @@ def generate_corpus(
     made = {r.relpath: r.seconds for r in results if not r.error}
     report.errors = [r.error for r in results if r.error]
     report.failed, report.synthesized, report.cached = len(report.errors), len(made), len(plan) - len(todo)
+    if teacher_gate:
+        words = [(u.relpath, u.text, u.voice.id, u.text if u.kind == "keywords" else UNKNOWN) for u in plan
+                 if u.kind in GATED_KINDS and (u.relpath in made or (root / u.relpath).is_file())]  # fmt: skip
+        report.gate = run_gate(root, words, gate_threshold, jobs, progress)
     clips: list[Clip] = []
     seconds_by_engine: dict[str, float] = {}
     clips_by_engine: dict[str, int] = {}
     counts: dict[str, dict[str, int]] = {}
     for u in plan:
         path = root / u.relpath
+        if report.gate is not None and u.relpath in report.gate.rejected:
+            continue
         if u.relpath in made:
             secs = made[u.relpath]
         elif path.is_file():
@@ -393,6 +411,8 @@ def generate_corpus(
         "engines_requested": list(engines) if engines is not None else "all",
         "jobs": jobs,
         "sample_rate": SAMPLE_RATE,
+        "kokoro_blends": blends,
+        "teacher_gate": gate_threshold if teacher_gate else None,
     }
     _write_summary(root, report, statuses, splits, chosen, plan, clips_by_engine, seconds_by_engine, params)
     say(report.summary())
@@ -456,6 +476,16 @@ def _write_summary(
             "python": sys.version.split()[0],
         },
     }
+    if report.gate is not None:
+        g = report.gate
+        doc["teacher_gate"] = {
+            "threshold": g.threshold,
+            "scored": len(g.scores),
+            "rejected": len(g.rejected),
+            "rejection_rate": round(g.rate, 4),
+            "by_word": {w: {"rejected": r, "scored": n} for w, (r, n) in sorted(g.by_word.items())},
+            "by_voice": {v: {"rejected": r, "scored": n} for v, (r, n) in sorted(g.by_voice.items())},
+        }
     doc["history"] = _previous_runs(root / "corpus.json")  # earlier runs into this folder, oldest first
     tmp = root / ".corpus.json.tmp"
     tmp.write_text(json.dumps(doc, indent=2) + "\n")

@@ -4,21 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..config import DEFAULT_VARIANTS, ENGINE_NAMES
+from ..config import DEFAULT_BLENDS, DEFAULT_ENGINES, DEFAULT_VARIANTS, ENGINE_NAMES
 from .base import Engine, EngineError, EngineStatus, SynthResult, Voice
 from .espeak import Espeak
 from .festival import Festival
 from .flite import Flite
+from .kokoro import Kokoro
 from .piper import Piper
 
 
-def make_engines(names: Sequence[str] | None = None, espeak_variants: Sequence[str] | None = None) -> list[Engine]:
-    """Engine adapters by name (``None``: all of :data:`ENGINE_NAMES`), in that fixed order."""
-    wanted = list(ENGINE_NAMES) if names is None else list(names)
+def make_engines(
+    names: Sequence[str] | None = None,
+    espeak_variants: Sequence[str] | None = None,
+    *,
+    blends: int = DEFAULT_BLENDS,
+    voice_dir: str | None = None,
+    seed: int = 0,
+) -> list[Engine]:
+    """Engine adapters by name (``None``: :data:`DEFAULT_ENGINES`), in the fixed order of :data:`ENGINE_NAMES`.
+
+    ``blends``, ``voice_dir`` and ``seed`` configure Kokoro: how many voice blends, the folder of base
+    style vectors (default: the shared data's ``kokoro_voices``), the seed the blends are drawn from."""
+    wanted = list(DEFAULT_ENGINES) if names is None else list(names)
     unknown = sorted(set(wanted) - set(ENGINE_NAMES))
     if unknown:
         raise ValueError(f"unknown TTS engine(s) {unknown}; choose from {list(ENGINE_NAMES)}")
-    factories = {"espeak-ng": lambda: Espeak(espeak_variants), "flite": Flite, "festival": Festival, "piper": Piper}
+    factories = {
+        "espeak-ng": lambda: Espeak(espeak_variants), "flite": Flite, "festival": Festival, "piper": Piper,
+        "kokoro": lambda: Kokoro(blends=blends, voice_dir=voice_dir, seed=seed),
+    }  # fmt: skip
     return [factories[n]() for n in ENGINE_NAMES if n in wanted]
 
 
@@ -28,6 +42,7 @@ def discover(engines: Sequence[Engine]) -> dict[str, EngineStatus]:
 
 
 __all__ = [
+    "DEFAULT_ENGINES",
     "DEFAULT_VARIANTS",
     "ENGINE_NAMES",
     "Engine",
@@ -36,6 +51,7 @@ __all__ = [
     "Espeak",
     "Festival",
     "Flite",
+    "Kokoro",
     "Piper",
     "SynthResult",
     "Voice",

@@ -1,0 +1,290 @@
+"""``edgessm label``: transcripts with word times and a confidence for untranscribed recordings, by the
+offline teacher (:mod:`edgessm.data.teacher`), written as a training manifest.
+
+Files up to 30 s are labelled whole. Longer ones are cut at the speech regions Silero VAD finds into
+pieces of at most 28 s, written as FLAC beside the manifest (``<out folder>/segments/``), so every row of
+the manifest is a file a training recipe can read (``manifest:PATH`` in a recipe's ``[data] sources``).
+Rows whose confidence is below ``--min-confidence`` (or that are no speech) go to ``<out>.rejected.csv``.
+Results are kept as they arrive (``<out>.partial.jsonl``): an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgessm.atomic import atomic_path
+
+SAMPLE_RATE = 16000
+COLUMNS = ["path", "speaker", "label", "text", "split", "source", "start_s", "end_s", "confidence", "no_speech",
+           "raw", "words", "audio"]  # fmt: skip
+_EXAMPLES = """
+examples:
+  %(prog)s ~/recordings --out ~/recordings/labels.csv
+  %(prog)s ../shared/data/real_read_speech --out runs/read.csv \
+      --compare ../shared/data/real_read_speech/manifest.csv:transcript
+  (train on it: [data] sources = ["manifest:runs/read.csv"])
+"""
+
+
+@dataclass
+class Row:
+    """One labelled piece of audio (a whole file, or a speech region of a long one)."""
+
+    path: str  # the audio the row describes (the file itself, or its cut-out segment)
+    audio: str  # the input file it came from
+    start_s: float
+    end_s: float
+    text: str
+    raw: str
+    confidence: float
+    no_speech: float
+    words: list[list]  # [[word, start_s, end_s, prob], ...] relative to the row's own audio
+
+
+def _inputs(items: Sequence[str]) -> list[Path]:
+    from edgessm.data.corpora import AUDIO_EXTENSIONS, audio_files
+
+    files: list[Path] = []
+    for item in items:
+        p = Path(item).expanduser()
+        if p.is_dir():
+            found = audio_files(p)
+            if not found:
+                raise ValueError(f"{p}: no audio files in this folder ({', '.join(AUDIO_EXTENSIONS)})")
+            files += found
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise ValueError(f"{p}: no such file or folder")
+    return sorted({f.resolve() for f in files})
+
+
+_TEACHER = None
+
+
+def _teacher(model_dir: str | None):
+    global _TEACHER
+    if _TEACHER is None:
+        from .teacher import WhisperTeacher
+
+        _TEACHER = WhisperTeacher(model_dir, threads=1)
+    return _TEACHER
+
+
+def label_file(path: str, segments_dir: str, model_dir: str | None = None) -> list[Row] | str:
+    """Label one file (runs in a worker). Returns its rows, or an error message for a file it cannot read."""
+    from edgessm.data.audio import AudioError, load_audio, write_audio
+
+    from .teacher import WINDOW_S, speech_segments
+
+    try:
+        audio, _ = load_audio(path, SAMPLE_RATE)
+    except AudioError as e:
+        return str(e)
+    teacher = _teacher(model_dir)
+    if len(audio) <= WINDOW_S * SAMPLE_RATE:
+        pieces = [(0, len(audio))]
+    else:
+        pieces = speech_segments(audio)
+    rows = []
+    for start, end in pieces:
+        t = teacher.transcribe(audio[start:end])
+        target = path
+        if pieces != [(0, len(audio))]:
+            target = str(Path(segments_dir) / f"{Path(path).stem}_{start * 1000 // SAMPLE_RATE:08d}.flac")
+            write_audio(target, audio[start:end], SAMPLE_RATE)
+        words = [[w.text, w.start, w.end, round(w.prob, 3)] for w in t.words]
+        rows.append(Row(target, path, start / SAMPLE_RATE, end / SAMPLE_RATE, t.text, t.raw,
+                        round(t.confidence, 4), round(t.no_speech, 4), words))  # fmt: skip
+    return rows
+
+
+def _key(path: Path) -> str:
+    st = path.stat()
+    return f"{path}|{st.st_size}|{int(st.st_mtime)}"
+
+
+def _load_partial(partial: Path) -> dict[str, list[Row] | str]:
+    done: dict[str, list[Row] | str] = {}
+    if partial.is_file():
+        for line in partial.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                done[rec["key"]] = rec["error"] if "error" in rec else [Row(**r) for r in rec["rows"]]
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by an interruption
+    return done
+
+
+def _label_all(files: list[Path], out: Path, jobs: int, model_dir: str | None, progress: bool) -> dict[str, object]:
+    from tqdm import tqdm
+
+    partial = out.with_name(out.name + ".partial.jsonl")
+    done = _load_partial(partial)
+    keys = {f: _key(f) for f in files}
+    todo = [f for f in files if keys[f] not in done]
+    segments_dir = str(out.parent / "segments")
+    bar = tqdm(total=len(files), initial=len(files) - len(todo), unit="file", desc="labelling", disable=not progress)
+    with open(partial, "a") as log:
+
+        def record(f: Path, result: list[Row] | str) -> None:
+            done[keys[f]] = result
+            rec = {"key": keys[f], **({"error": result} if isinstance(result, str) else {})}
+            if not isinstance(result, str):
+                rec["rows"] = [asdict(r) for r in result]
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            bar.update(1)
+
+        if jobs <= 1 or len(todo) <= 1:
+            for f in todo:
+                record(f, label_file(str(f), segments_dir, model_dir))
+        else:
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+                results = pool.map(label_file, [str(f) for f in todo], [segments_dir] * len(todo),
+                                   [model_dir] * len(todo), chunksize=4)  # fmt: skip
+                for f, result in zip(todo, results, strict=True):
+                    record(f, result)
+    bar.close()
+    return {f: done[keys[f]] for f in files}
+
+
+def _reference(spec: str) -> dict[str, str]:
+    """``CSV[:COLUMN]`` -> resolved audio path -> reference text (column default: transcript, else text)."""
+    csv_path, _, column = spec.partition(":")
+    path = Path(csv_path).expanduser()
+    if not path.is_file():
+        raise ValueError(f"--compare: {path} not found")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        fields = reader.fieldnames or []
+        column = column or next((c for c in ("transcript", "text") if c in fields), "")
+        if column not in fields or "path" not in fields:
+            raise ValueError(f"--compare: {path} needs a 'path' column and the text column {column or '?'} ({fields})")
+        return {str((path.parent / r["path"]).resolve()): r[column] for r in reader}
+
+
+def word_errors(hyp: str, ref: str) -> tuple[int, int]:
+    """(word edits, reference words) of two texts after :func:`~edgessm.data.teacher.spoken_text`."""
+    from edgessm.data.text import edit_distance
+
+    from .teacher import spoken_text
+
+    h, r = spoken_text(hyp).split(), spoken_text(ref).split()
+    return edit_distance(h, r), len(r)
+
+
+def _speaker(path: str) -> str:
+    return Path(path).parent.name
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    try:
+        files = _inputs(args.inputs)
+        out = Path(args.out).expanduser()
+        if out.resolve() in files:
+            raise ValueError(f"--out {out} is one of the inputs")
+        reference = _reference(args.compare) if args.compare else {}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        from .teacher import TeacherError, default_model_dir
+
+        model_dir = args.model_dir or str(default_model_dir())
+        results = _label_all(files, out, max(1, args.jobs), model_dir, not args.quiet)
+    except (ValueError, TeacherError) as e:
+        print(f"edgessm label: {e}", file=sys.stderr)
+        return 2
+    kept, rejected, errors = [], [], []
+    audio_s = 0.0
+    for result in results.values():
+        if isinstance(result, str):
+            errors.append(result)
+            continue
+        for r in result:
+            audio_s += r.end_s - r.start_s
+            ok = r.text and r.confidence >= args.min_confidence and r.no_speech < args.max_no_speech
+            (kept if ok else rejected).append(r)
+    for name, rows in ((out, kept), (out.with_name(out.stem + ".rejected.csv"), rejected)):
+        _write(name, rows, out.parent)
+    wall = time.time() - started
+    print(f"{len(files)} files, {len(kept) + len(rejected)} pieces, {audio_s / 3600:.2f} h of audio "
+          f"in {wall:.0f} s ({audio_s / max(wall, 1e-9):.1f}x real time, {args.jobs} jobs)")  # fmt: skip
+    print(f"kept {len(kept)} (confidence >= {args.min_confidence}), rejected {len(rejected)}, unreadable {len(errors)}")
+    for e in errors[:5]:
+        print(f"  unreadable: {e}")
+    if reference:
+        edits = words = 0
+        for r in kept + rejected:
+            if r.audio in reference and r.start_s == 0.0:
+                e, n = word_errors(r.text, reference[r.audio])
+                edits, words = edits + e, words + n
+        if words:
+            print(f"WER against {args.compare}: {100 * edits / words:.1f}% ({edits} edits / {words} words)")
+    print(f"manifest: {out}")
+    out.with_name(out.name + ".partial.jsonl").unlink(missing_ok=True)
+    return 0 if kept or not errors else 1
+
+
+def _write(path: Path, rows: list[Row], root: Path) -> None:
+    root = root.resolve()
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({
+                "path": os.path.relpath(r.path, root), "speaker": _speaker(r.audio), "label": "", "text": r.text,
+                "split": "", "source": "teacher", "start_s": f"{r.start_s:.3f}", "end_s": f"{r.end_s:.3f}",
+                "confidence": r.confidence, "no_speech": r.no_speech, "raw": r.raw,
+                "words": json.dumps(r.words, separators=(",", ":")), "audio": r.audio,
+            })  # fmt: skip
+
+
+def rows_of(path: str | os.PathLike) -> Iterator[dict[str, str]]:
+    """The rows of a label manifest (for tools that want the word times and confidences)."""
+    with open(path, newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Transcribe untranscribed recordings with the offline teacher (Whisper tiny.en, int8, CPU; Silero VAD "
+        "for long files): text in our alphabet (numbers in words), word times and a confidence per piece."
+    )
+    parser.epilog = _EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "inputs", nargs="+", metavar="DIR_OR_FILE", help="audio files or folders (searched recursively)"
+    )
+    parser.add_argument("--out", required=True, help="the manifest to write (CSV); segments of long files go beside it")
+    parser.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.4,
+        help="keep pieces whose confidence (exp mean token log-prob) reaches this (default 0.4)",
+    )
+    parser.add_argument(
+        "--max-no-speech",
+        type=float,
+        default=0.6,
+        help="drop pieces the teacher calls no speech with at least this probability (default 0.6)",
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="CSV[:COLUMN]",
+        help="a manifest with reference transcripts of the same files: report the WER against it",
+    )
+    parser.add_argument("--jobs", "-j", type=int, default=2, help="worker processes, one model thread each (default 2)")
+    parser.add_argument("--model-dir", help="another CTranslate2 Whisper model folder (default: Whisper tiny.en)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
