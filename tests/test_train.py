@@ -786,3 +786,13 @@ def test_denoise_gain_supervision_scores_the_gains_and_needs_a_mask_network(tmp_
                               bottleneck_states=8, n_bottleneck=1)  # fmt: skip
     with pytest.raises(ValueError, match="spectral"):
         task.loss(hourglass, batch, 0.5)
+
+
+def test_bf16_autocast_trains_on_cpu(sc_folder: Path, tmp_path: Path) -> None:
+    """`train.amp = "bf16"`: the step runs under autocast (SSM layers in float32 islands) and learns."""
+    trainer = Trainer(kws_config(sc_folder, steps=12, amp="bf16"), tmp_path / "run", device="cpu", progress=False)
+    assert trainer.amp_dtype == torch.bfloat16
+    trainer.fit()
+    losses = _losses(tmp_path / "run")
+    assert len(losses) == 12 and all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-3:]) < sum(losses[:3])

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from .labels import DIGITS, UNKNOWN, map_word
-from .manifest import Clip
+from .manifest import Clip, read_manifest
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus")
 
@@ -182,7 +182,10 @@ def _rows(manifest: Path) -> list[dict[str, str]]:
 
 
 def shared_sc_train(shared: Path | None = None) -> list[Clip]:
-    """7,167 real Speech Commands training clips of 8 command words (1,583 speakers)."""
+    """Real Speech Commands training clips, test-set speakers excluded (20,951 clips of 30 words, 1,663
+    speakers, Ogg Opus: the ten commands and bed/cat/happy with hundreds to thousands each, a handful of
+    17 more). Speaker ids are the dataset's, shared across words, so a split by speaker keeps every
+    word of a speaker on one side."""
     d = (shared or shared_data_dir()) / "speech_commands_train_subset"
     return [
         Clip(str(d / r["path"]), speaker=r["speaker"], label=r["word"], text=r["word"], source="sc_train_subset")
@@ -223,7 +226,8 @@ def shared_sc_digits(shared: Path | None = None) -> list[Clip]:
 
 
 def shared_negative_phrases(shared: Path | None = None) -> list[Clip]:
-    """240 crowd-sourced wake phrases that are not keywords (label ``_unknown_``)."""
+    """2,279 crowd-sourced wake phrases that are not keywords (label ``_unknown_``; >50 speakers without ids,
+    so each clip is its own speaker)."""
     d = (shared or shared_data_dir()) / "picovoice_wake_word_phrases"
     return [
         Clip(str(d / r["path"]), speaker=f"pv_{r['phrase']}_{i}", label=UNKNOWN, text=r["phrase"].replace("_", " "),
@@ -239,6 +243,36 @@ def shared_read_speech(shared: Path | None = None) -> list[Clip]:
         Clip(str(d / r["path"]), speaker=r["speaker"], text=normalize_text(r["transcript"]), source="real_read_speech")
         for r in _rows(d / "manifest.csv")
     ]
+
+
+def shared_pseudolabeled_sentences(shared: Path | None = None, labels: str | os.PathLike | None = None) -> list[Clip]:
+    """2.6 h of real English sentences (351 LibriSpeech utterances of 261 speakers, 619 spoken coffee orders)
+    with machine transcripts: the folder's own Whisper tiny.en text, spelled out in our alphabet, or the
+    ``text`` of an ``edgessm label`` manifest of the same files (``labels``; its rejected files are left out).
+
+    The coffee orders carry no speaker ids: each is its own speaker (``coffee-<file>``), so a split by
+    speaker may put one person on both sides for this source.
+    """
+    from .teacher import spoken_text
+
+    d = (shared or shared_data_dir()) / "real_sentences_pseudolabeled"
+    relabelled: dict[str, str] | None = None
+    if labels is not None:
+        relabelled = {}
+        for c in read_manifest(labels):
+            relabelled[str(Path(c.path).resolve())] = c.text
+    clips = []
+    for r in _rows(d / "manifest.csv"):
+        path = d / r["path"]
+        if relabelled is not None:
+            text = relabelled.get(str(path.resolve()))
+            if not text:
+                continue
+        else:
+            text = spoken_text(r["whisper_tiny_en_text"])
+        speaker = r["speaker"] or f"coffee-{Path(r['path']).stem}"
+        clips.append(Clip(str(path), speaker=speaker, text=text, source="real_sentences_pseudolabeled"))
+    return clips
 
 
 def shared_noises(shared: Path | None = None) -> list[Path]:
@@ -263,6 +297,7 @@ __all__ = [
     "shared_fsdd",
     "shared_negative_phrases",
     "shared_noises",
+    "shared_pseudolabeled_sentences",
     "shared_read_speech",
     "shared_rirs",
     "shared_sc_digits",

@@ -191,6 +191,8 @@ def _speaker(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .teacher import TeacherError, default_model_dir
+
     started = time.time()
     try:
         files = _inputs(args.inputs)
@@ -199,8 +201,6 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {out} is one of the inputs")
         reference = _reference(args.compare) if args.compare else {}
         out.parent.mkdir(parents=True, exist_ok=True)
-        from .teacher import TeacherError, default_model_dir
-
         model_dir = args.model_dir or str(default_model_dir())
         results = _label_all(files, out, max(1, args.jobs), model_dir, not args.quiet)
     except (ValueError, TeacherError) as e:

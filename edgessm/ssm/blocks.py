@@ -44,6 +44,7 @@ from .discretize import DiagonalModes, auditory_modes, dt_grid, powers, s4d_imag
 from .essm import ElasticSpectralSSM
 from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, plan_bottleneck
 from .kernels import modal_kernel
+from .precision import float32_island
 from .stream import Counts, State, Streamable, causal_toeplitz
 
 
@@ -259,10 +260,11 @@ class DepthwiseSSM(SSMLayer):
         """Per-channel kernels ``(H, length)``."""
         return modal_kernel(*self._weights(), length)
 
+    @float32_island
     def forward(self, u: Tensor) -> Tensor:
         """``(B, H, L) -> (B, H', L)``."""
         k = self.kernel(self.modes.live_length(u.shape[-1]))
-        return self._mix(causal_conv(u, k.to(u.dtype), "depthwise"))
+        return self._mix(causal_conv(u, k, "depthwise"))
 
     def impulse_response(self, length: int) -> Tensor:
         k = self.kernel(length)
@@ -326,8 +328,9 @@ class FullSSM(SSMLayer):
         """``(H', H, length)``."""
         return modal_kernel(*self._weights(), length)
 
+    @float32_island
     def forward(self, u: Tensor) -> Tensor:
-        return causal_conv(u, self.kernel(self.modes.live_length(u.shape[-1])).to(u.dtype), "full")
+        return causal_conv(u, self.kernel(self.modes.live_length(u.shape[-1])), "full")
 
     def impulse_response(self, length: int) -> Tensor:
         return self.kernel(length)
@@ -389,11 +392,12 @@ class _ProjectedSSM(SSMLayer):
                 return p
         raise ValueError(f"unknown plan {self.plan!r}; use 'auto', 'flops' or one of {[p.name for p in PLANS]}")
 
+    @float32_island
     def forward(self, u: Tensor) -> Tensor:
         """``(B, H, L) -> (B, H', L)`` along the planned contraction order."""
         batch, _, length = u.shape
-        k = self.kernel(self.modes.live_length(length)).to(u.dtype)
-        return bottleneck_conv(u, k, self.b_bar().to(u.dtype), self.C.to(u.dtype), self.choose_plan(batch, length))
+        k = self.kernel(self.modes.live_length(length))
+        return bottleneck_conv(u, k, self.b_bar(), self.C, self.choose_plan(batch, length))
 
     def impulse_response(self, length: int) -> Tensor:
         return torch.einsum("jn,nl,ni->jil", self.C, self.kernel(length), self.b_bar())

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from .distill import DEFAULT_TOL, LDSBank, distill_hankel
 from .fftconv import fft_size
 from .hankel import HankelBasis, hankel_basis
+from .precision import float32_island
 from .stream import Counts, State, Streamable
 
 Mode = Literal["fir", "lds"]
@@ -294,11 +295,12 @@ class ElasticSpectralSSM(Streamable):
 
         return self._cache(("kf", self.mode, kn, n_fft, like.dtype, like.device), make)
 
+    @float32_island
     def forward(self, u: Tensor, budget: int | None = None) -> Tensor:
         """``(B, H, T) -> (B, H', T)`` at ``budget`` (default: sampled in training, ``self.budget`` in eval)."""
         k = self._forward_budget(budget)
         b, h, n = u.shape
-        x = u.float() if u.dtype in (torch.float16, torch.bfloat16) else u
+        x = u
         alpha = self._gate(x.transpose(1, 2), k).transpose(1, 2).to(x.dtype) if self.use_gate else None  # (B, K, T)
         mix = self._mix(k, x).permute(1, 0, 2).reshape(self.h_out, k * h)
         y = self.D.to(x.dtype) @ x

@@ -6,7 +6,8 @@ A task turns a config into a model, datasets whose items are drawn from ``(index
 better). Data sources are strings:
 
 * ``shared:sc_train`` / ``shared:fsdd`` / ``shared:sc_digits`` / ``shared:negatives`` /
-  ``shared:read_speech`` -- the real recordings in ``shared/data`` (never the SC test set);
+  ``shared:read_speech`` / ``shared:sentences_pseudolabeled`` -- the real recordings in ``shared/data``
+  (never the SC test set);
 * ``speech_commands:DIR`` -- a Google Speech Commands v2 folder;
 * ``librispeech:DIR`` -- a LibriSpeech-style transcribed folder;
 * ``folder:DIR`` -- any folder tree of audio (clean speech for denoising);
@@ -47,6 +48,7 @@ _SHARED = {
     "sc_digits": corpora.shared_sc_digits,
     "negatives": corpora.shared_negative_phrases,
     "read_speech": corpora.shared_read_speech,
+    "sentences_pseudolabeled": corpora.shared_pseudolabeled_sentences,
 }
 
 

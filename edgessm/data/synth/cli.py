@@ -84,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", "-j", type=int, default=2, help="worker processes (default: 2)")
     parser.add_argument("--prune", action="store_true", help="delete corpus wav files this plan does not contain")
     parser.add_argument("--list-voices", action="store_true", help="only list the engines and voices found")
+    parser.add_argument(
+        "--report", action="store_true",
+        help="only print the data report (every corpus in the cache, or --out; real vs synthetic per keyword)",
+    )  # fmt: skip
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -94,6 +98,13 @@ def run(args: argparse.Namespace) -> int:
 
     engines = _csv_or_list(args.engines) if args.engines else None
     variants = _csv_or_list(args.espeak_variants) if args.espeak_variants else None
+    if args.report:
+        from pathlib import Path
+
+        from .report import corpus_report
+
+        print(corpus_report([Path(args.out).expanduser()] if args.out else None), end="")
+        return 0
     try:
         weights = _weights(args.weights)
         if args.list_voices:
