@@ -796,3 +796,32 @@ def test_bf16_autocast_trains_on_cpu(sc_folder: Path, tmp_path: Path) -> None:
     losses = _losses(tmp_path / "run")
     assert len(losses) == 12 and all(torch.isfinite(torch.tensor(losses)))
     assert sum(losses[-3:]) < sum(losses[:3])
+
+
+def test_frame_targets_mark_context_negatives_and_post_word_frames() -> None:
+    from edgessm.train.tasks import frame_targets
+
+    labels = ["yes", "no", "_unknown_", "_silence_"]
+    batch = {
+        "audio": torch.zeros(3, 1, 1600),
+        "label": torch.tensor([0, 2, 3]),  # a keyword, an unknown word, silence
+        "context": torch.tensor([400, 400, 400]),
+        "positive_from": torch.tensor([1000, 0, 0]),
+    }
+    bg, pos = frame_targets(batch, labels, stride=200, n_frames=8)  # frame f has heard (f + 1) * 200 samples
+    assert bg[0].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]  # only frames that heard nothing but context
+    assert pos[0].tolist() == [0, 0, 0, 0, 0, 1, 1, 1]  # from the word's end (+ tolerance) to the clip's end
+    assert bg[1:].eq(1).all() and pos[1:].eq(0).all()  # a negative example says "no keyword" everywhere
+    late = {**batch, "positive_from": torch.tensor([5000, 0, 0])}
+    assert frame_targets(late, labels, 200, 8)[1][0].tolist() == [0] * 7 + [1]  # the last frame always counts
+
+
+def test_frame_supervised_training_learns_and_logs_its_terms(sc_folder: Path, tmp_path: Path) -> None:
+    cfg = kws_config(sc_folder, steps=30)
+    cfg.data.update(context_samples=4096, frame_loss=1.0, frame_tolerance_s=0.1)
+    trainer = Trainer(cfg, tmp_path / "run", device="cpu", progress=False)
+    trainer.fit()
+    losses = _losses(tmp_path / "run")
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    bg = _losses(tmp_path / "run", "bg_loss")
+    assert len(bg) == 30 and sum(bg[-5:]) < sum(bg[:5])  # the context frames learn to say "no keyword"

@@ -106,8 +106,11 @@ class KeywordSpotter(ElasticBudget, nn.Module):
         """Logits at every frame ``(B, classes, F)``: what the live listener evaluates."""
         return self.head(self.pooled(self.frames(x)).transpose(1, 2)).transpose(1, 2)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Clip logits ``(B, classes)``: the head at the last frame."""
+    def forward(self, x: Tensor, all_frames: bool = False) -> Tensor:
+        """Clip logits ``(B, classes)``: the head at the last frame; with ``all_frames`` the logits at
+        every frame ``(B, classes, F)`` (:meth:`frame_logits`, through ``forward`` so DDP sees the call)."""
+        if all_frames:
+            return self.frame_logits(x)
         h = self.pooled(self.frames(x))[..., -1]
         return self.head(h)
 

@@ -200,6 +200,14 @@ class KwsData:
     # pool that context, hard negatives and babble draw from: real talkers saying other things, so a real
     # voice is not by itself evidence of the few words that have recorded examples
     real_sentence_repeats: int = 1
+    # Streaming supervision (kws35 v4): the clip loss trains only the last frame, but a live listener
+    # decides at every frame. With ``frame_loss`` > 0 the loss adds, with this weight, (a) "no keyword"
+    # at every frame whose head window holds only context (and at every frame of a negative example): the
+    # probability mass of the background classes; (b) the keyword at every frame from
+    # ``frame_tolerance_s`` after the word's end (its last frame within 35 dB of its loudest) to the clip's
+    # end, where the window holds the whole word. Frames while the word is being said are not supervised.
+    frame_loss: float = 0.0
+    frame_tolerance_s: float = 0.2
 
 
 class KwsTask(Task):
@@ -299,6 +307,8 @@ class KwsTask(Task):
             background = split == "train" and r.random() < self.data.context_prob
             ctx = self._context(n, r) if background else np.zeros(n, np.float32)
             ex["audio"] = np.concatenate([ctx[None], ex["audio"]], axis=1)
+            ex["positive_from"] += n
+        ex["context"] = self.data.context_samples
         return ex
 
     def _clip_example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
@@ -309,7 +319,7 @@ class KwsTask(Task):
             x = _random_crop(self.sentences[int(r.integers(len(self.sentences)))], length, r)
             if self.augment is not None:
                 x = self.augment(x, r)
-            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN)}
+            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN), "positive_from": 0}
         if index >= n:  # a silence example: background noise (or near-digital silence) at a random level
             r = rng if rng is not None else item_rng(index)
             if self.noises is not None and len(self.noises) and r.random() < 0.8:
@@ -317,15 +327,18 @@ class KwsTask(Task):
                 x = x * 10 ** (r.uniform(-40, -5) / 20) / max(1e-4, float(np.abs(x).max()))
             else:
                 x = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), length)
-            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(SILENCE)}
+            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(SILENCE), "positive_from": 0}
         if split == "train":
             index = self.train_order[index]
         offset = 0 if split == "train" else self.n_train
         clip_idx, label = offset + index, self.items[split][index][1]
         x = _crop_or_place(self.store[clip_idx], length, rng)
+        # where the word has been said (clean audio, before shift/speed augmentation: the tolerance covers them)
+        word_end = speech_bounds(x)[1] if self.labels[label] not in (UNKNOWN, SILENCE) else 0
         if rng is not None and self.augment is not None:
             x = self.augment(x, rng)
-        return {"audio": x.astype(np.float32)[None], "label": label}
+        positive_from = min(length - 1, word_end + int(self.data.frame_tolerance_s * SAMPLE_RATE))
+        return {"audio": x.astype(np.float32)[None], "label": label, "positive_from": positive_from}
 
     def _n_silence(self, n: int) -> int:
         return round(n * self.data.silence_fraction) if SILENCE in self.labels else 0
@@ -341,10 +354,26 @@ class KwsTask(Task):
         return bool(self.items["validation"])
 
     def loss(self, net, batch, progress):
-        logits = net(batch["audio"])
-        loss = F.cross_entropy(logits.float(), batch["label"])
+        if self.data.frame_loss <= 0:
+            logits = net(batch["audio"])
+            loss = F.cross_entropy(logits.float(), batch["label"])
+            acc = (logits.argmax(-1) == batch["label"]).float().mean()
+            return loss, {"acc": float(acc)}
+        frames = net(batch["audio"], all_frames=True).float()  # (B, C, F)
+        logits = frames[..., -1]  # the clip decision, as without frame supervision
+        clip_loss = F.cross_entropy(logits, batch["label"])
+        bg, pos = frame_targets(batch, self.labels, net_stride(net), frames.shape[-1])
+        logp = F.log_softmax(frames, dim=1)
+        background = [self.labels.index(c) for c in (UNKNOWN, SILENCE) if c in self.labels]
+        bg_logp = torch.logsumexp(logp[:, background], dim=1)  # (B, F): log P(no keyword)
+        kw_logp = logp.gather(1, batch["label"].to(frames.device)[:, None, None].expand(-1, 1, frames.shape[-1]))[:, 0]
+        bg_loss = -(bg_logp * bg).sum() / bg.sum().clamp_min(1)
+        pos_loss = -(kw_logp * pos).sum() / pos.sum().clamp_min(1)
+        loss = clip_loss + self.data.frame_loss * (bg_loss + pos_loss)
         acc = (logits.argmax(-1) == batch["label"]).float().mean()
-        return loss, {"acc": float(acc)}
+        fires = ((bg_logp.exp() < 0.5) & (bg > 0)).float().sum() / bg.sum().clamp_min(1)
+        return loss, {"acc": float(acc), "bg_loss": float(bg_loss), "pos_loss": float(pos_loss),
+                      "bg_fire": float(fires)}  # fmt: skip
 
     def evaluate(self, model, device, max_batches=0):
         self._prepare()
@@ -353,6 +382,36 @@ class KwsTask(Task):
         # recorded speech is what users speak: its accuracy is logged on its own (the score stays overall)
         real = [not c.source.startswith("synth") for c, _ in self.items["validation"]]
         return classify_dataset(model, ds, self.collate, device, max_batches, groups={"real": real})
+
+
+def _unwrap(net: nn.Module) -> nn.Module:
+    """The network inside a DDP / compiled wrapper."""
+    while hasattr(net, "module") or hasattr(net, "_orig_mod"):
+        net = getattr(net, "module", None) or net._orig_mod
+    return net
+
+
+def net_stride(net: nn.Module) -> int:
+    return int(_unwrap(net).stride)
+
+
+def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_frames: int) -> tuple[Tensor, Tensor]:
+    """Frame masks ``(B, F)`` of the streaming supervision (:class:`KwsData` ``frame_loss``).
+
+    Frame ``f`` has heard samples ``[0, (f + 1) * stride)`` of the example. ``background`` marks the
+    frames that must say "no keyword": those that have heard only the context (``batch["context"]``
+    samples), and every frame of a negative example.
+    ``positive`` marks the frames of a keyword example from ``batch["positive_from"]`` on.
+    """
+    ends = (torch.arange(n_frames) + 1) * stride  # (F,) samples heard
+    label = batch["label"].cpu()
+    negative = torch.tensor([labels[int(i)] in (UNKNOWN, SILENCE) for i in label])
+    in_context = ends[None, :] <= batch["context"].cpu()[:, None]  # (B, F)
+    background = in_context | negative[:, None]
+    positive = (ends[None, :] > batch["positive_from"].cpu()[:, None]) & ~negative[:, None]
+    positive[:, -1] |= ~negative  # the last frame always sees the whole clip
+    device = batch["audio"].device
+    return background.float().to(device), positive.float().to(device)
 
 
 def classify_dataset(
