@@ -291,18 +291,19 @@ class Writer:
 # --- the command ------------------------------------------------------------------------------------------------
 
 
-class _Terminated(BaseException):
+class Terminated(BaseException):
     """SIGTERM while working: unwind like Ctrl-C so the temporary file is removed."""
 
 
 @contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
+def sigterm_unwinds() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (in the main thread; elsewhere it is left alone)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise _Terminated
+        raise Terminated
 
     old = signal.signal(signal.SIGTERM, handler)
     try:
@@ -370,12 +371,12 @@ def run(args: argparse.Namespace) -> int:
         if not (args.input and args.output):
             raise DenoiseError("give IN and OUT (files, or '-' for stdin/stdout), or --live for the microphone")
     try:
-        with _sigterm_unwinds():
+        with sigterm_unwinds():
             return _live(args) if args.live else _denoise_file(args)
     except KeyboardInterrupt:  # before any output existed (reading stdin, loading the model)
         print("edgessm denoise: interrupted; nothing was written", file=sys.stderr, flush=True)
         return 130
-    except _Terminated:
+    except Terminated:
         print("edgessm denoise: terminated; nothing was written", file=sys.stderr, flush=True)
         return 143
 

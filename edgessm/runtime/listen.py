@@ -2,11 +2,19 @@
 
 edgessm listen --model kws35                     # default microphone
 edgessm listen --model kws35 --input demo.wav    # a recording, as if it were live
+arecord -t raw -f S16_LE -r 16000 | edgessm listen --input -    # raw 16-bit PCM (or a 16-bit wav stream) on stdin
 
 Detections go to stdout, one line each (``--json``: one JSON object each). Everything else goes
 to stderr: the live level meter (only when stderr is a terminal, without ``--json`` or
 ``--quiet``), errors, and the summary printed when the input ends or on Ctrl-C. Ctrl-C is the
 normal way to stop a live session, so it exits with status 0.
+
+A recording is read a block at a time (constant memory for hours of audio; any rate, format and
+channel count: channels are averaged), the same samples in the same 100 ms blocks as a whole-file
+read would give. Input that is not usable audio (missing, empty, text, NaN samples, a stream cut
+off) stops with a one-line message on stderr and exit status 1. ``--record`` is written to a
+temporary file beside it and renamed into place only when the session ends normally (the input
+ran out, ``--duration`` passed, or Ctrl-C); after an error or SIGTERM there is no file.
 """
 
 from __future__ import annotations
@@ -14,11 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
+
+from .denoise import EXTENSIONS, Terminated, Writer, sigterm_unwinds
 
 METER_DB_RANGE = 60.0  # the meter's bar spans -60..0 dBFS
 METER_WIDTH = 20  # characters of bar
@@ -27,12 +39,16 @@ METER_PERIOD_S = 0.1  # redraw at most this often
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="kws35", help="shipped model name or path to a keyword-spotting .onnx graph")
-    ap.add_argument("--input", default="mic", help="'mic' (default), an audio file, or '-' for raw PCM on stdin")
+    ap.add_argument(
+        "--input", default="mic", help="'mic' (default), an audio file, or '-': raw PCM or a 16-bit wav stream on stdin"
+    )
     ap.add_argument(
         "--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (16-bit little-endian mono)"
     )
     ap.add_argument("--fast", action="store_true", help="process a file as fast as possible instead of in real time")
-    ap.add_argument("--record", metavar="WAV", help="save exactly the 16 kHz audio the model heard")
+    ap.add_argument(
+        "--record", metavar="WAV", help="save exactly the 16 kHz audio the model heard (.wav or .flac, 16-bit)"
+    )
     ap.add_argument(
         "--duration", type=float, help="stop after this many seconds (microphone: of listening; file/stdin: of audio)"
     )
@@ -163,6 +179,65 @@ class Listener:
         )
 
 
+def _fail(message: str) -> SystemExit:
+    return SystemExit(f"edgessm listen: {message}")
+
+
+class RecordError(Exception):
+    """``--record`` could not be written (disk full, no permission, ...)."""
+
+
+class Recorder:
+    """``--record``: the graph-rate audio the model hears (a :class:`~edgessm.runtime.session.Stream`'s
+    ``on_audio``), written as it comes to a temporary file beside ``path`` that :meth:`commit` renames
+    into place (a :class:`~edgessm.runtime.denoise.Writer`); :meth:`discard` leaves nothing. The latest
+    piece is held back, so that the zero padding of the stream's last chunk can be cut off.
+
+    Args:
+        path: the file; its extension picks the container (wav without one), 16-bit where it has it.
+        rate: the graph's sample rate.
+    """
+
+    def __init__(self, path: str, rate: int) -> None:
+        import soundfile as sf
+
+        ext = Path(path).suffix.lower().lstrip(".")
+        fmt = EXTENSIONS.get(ext) if ext else "WAV"
+        if fmt not in sf.available_formats():
+            raise _fail(f"--record {path}: cannot write .{ext} files; name it .wav or .flac")
+        subtype = "PCM_16" if sf.check_format(fmt, "PCM_16") else sf.default_subtype(fmt)
+        self.path, self._held = path, None
+        try:
+            self.writer = Writer(path, rate, 1, fmt, subtype)
+        except (OSError, RuntimeError) as e:  # RuntimeError: soundfile.LibsndfileError
+            raise _fail(f"cannot write --record {path}: {e}") from None
+
+    def __call__(self, samples: np.ndarray) -> None:
+        """Take ``samples (n,)`` float32 heard by the model."""
+        if self._held is not None:
+            self._write(self._held)
+        self._held = samples
+
+    def commit(self, frames: int) -> None:
+        """Write the held piece, cut so that ``frames`` samples are written in all, and put the file in place."""
+        if self._held is not None:
+            self._write(self._held[: max(0, frames - self.writer.frames)])
+            self._held = None
+        try:
+            self.writer.commit()
+        except (OSError, RuntimeError) as e:
+            raise RecordError(f"cannot write {self.path}: {e}") from None
+
+    def discard(self) -> None:
+        self.writer.discard()
+
+    def _write(self, samples: np.ndarray) -> None:
+        try:
+            self.writer.write(samples[None])
+        except (OSError, RuntimeError) as e:
+            raise RecordError(f"cannot write {self.path}: {e}") from None
+
+
 def _sounddevice():
     from .devices import sounddevice_or_exit
 
@@ -170,91 +245,134 @@ def _sounddevice():
 
 
 def _no_microphone(e: Exception) -> SystemExit:
-    return SystemExit(
-        f"edgessm listen: no usable microphone ({e}); pick one from --list-devices with --device, "
+    return _fail(
+        f"no usable microphone ({e}); pick one from --list-devices with --device, "
         "or listen to a recording with --input FILE (or raw PCM on stdin with --input -)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgessm.data.audio import AudioError, load_audio
+    if args.list_devices:
+        print(_sounddevice().query_devices())
+        return 0
+    _check_options(args)
+    listener = _listener(args)
+    try:
+        with sigterm_unwinds():
+            return _listen(listener, args)
+    except Terminated:
+        note = f"; {args.record} was not written" if args.record else ""
+        print(f"edgessm listen: terminated{note}", file=sys.stderr, flush=True)
+        return 143
 
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse option values that cannot work, before a model is loaded or any input is read."""
+    if args.rate <= 0:
+        raise _fail(f"--rate is the sample rate of raw PCM on stdin in Hz, got {args.rate}")
+    if args.duration is not None and not args.duration >= 0:
+        raise _fail(f"--duration is a number of seconds >= 0, got {args.duration}")
+    record = args.record
+    if record is None:
+        return
+    if record == "-":
+        raise _fail("--record - would mix audio into the detections on stdout; give a file name")
+    if Path(record).is_dir():
+        raise _fail(f"--record {record} is a folder; give a file name, e.g. {Path(record) / 'heard.wav'}")
+    given = args.input not in ("mic", "-") and Path(args.input).exists() and Path(record).exists()
+    if given and os.path.samefile(args.input, record):
+        raise _fail(f"--record {record} is the input file; give another name (it would be replaced)")
+
+
+def _listener(args: argparse.Namespace) -> Listener:
+    """The model named by ``--model`` (a keyword spotter) with its decider, as a :class:`Listener`."""
     from .kws import DecisionConfig, KeywordDecider
     from .registry import check_budget, resolve_graph
     from .session import StepModel
 
-    if args.list_devices:
-        print(_sounddevice().query_devices())
-        return 0
     try:
         model = StepModel(resolve_graph(args.model, int8=args.int8, budget=args.budget), threads=args.threads)
         check_budget(model.info.extra, args.budget, model.path.name)
     except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"edgessm listen: {e}") from None
+        raise _fail(str(e)) from None
     info = model.info
     if info.task != "kws" or not info.labels:
-        raise SystemExit(f"edgessm listen: {args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
+        raise _fail(f"{args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
     threshold = args.threshold if args.threshold is not None else float(info.extra.get("threshold", 0.7))
     cfg = DecisionConfig(threshold, args.smooth, args.refractory, keywords)
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:
-        raise SystemExit(f"edgessm listen: {e}") from None
-    stream = model.create_stream()
-    heard: list[np.ndarray] = []
-    if args.record:
-        stream.on_audio = heard.append
+        raise _fail(str(e)) from None
     meter = sys.stderr.isatty() and not args.json and not args.quiet
-    listener = Listener(stream, decider, as_json=args.json, meter=meter)
+    return Listener(model.create_stream(), decider, as_json=args.json, meter=meter)
 
+
+def _listen(listener: Listener, args: argparse.Namespace) -> int:
+    """Listen to ``--input`` until it ends, ``--duration`` passes or Ctrl-C; then the record and the summary.
+    Unusable input or a failed write: the record is discarded and the message raised as ``SystemExit``."""
+    from edgessm.data.audio import AudioError
+
+    recorder = Recorder(args.record, listener.rate) if args.record else None
+    listener.stream.on_audio = recorder
     try:
-        if args.input == "-":
-            _listen_stdin(listener, args)
-        elif args.input != "mic":
-            try:
-                audio, rate = load_audio(args.input, sr=None)
-            except AudioError as e:
-                raise SystemExit(f"edgessm listen: {e}") from None
-            _listen_file(listener, audio, rate, args)
-        else:
-            _listen_mic(listener, decider, args)
-    except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
-        pass
-    listener.finish()
-    if args.record:
-        from edgessm.data.audio import write_audio
-
-        audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
-        write_audio(args.record, audio[: stream.samples_in], info.sample_rate)
-        print(f"recorded {stream.samples_in / info.sample_rate:.2f} s to {args.record}", file=sys.stderr)
+        try:
+            if args.input == "-":
+                _listen_stdin(listener, args)
+            elif args.input != "mic":
+                _listen_file(listener, args.input, args)
+            else:
+                _listen_mic(listener, listener.decider, args)
+        except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
+            pass
+        listener.finish()
+        if recorder is not None:
+            recorder.commit(listener.stream.samples_in)
+    except BaseException as e:  # errors, SIGTERM, Ctrl-C while finishing: no half-written record
+        listener.clear()
+        if recorder is not None:
+            recorder.discard()
+        if isinstance(e, (AudioError, RecordError)):
+            raise _fail(str(e)) from None
+        raise
+    if recorder is not None:
+        print(f"recorded {listener.heard_s:.2f} s to {args.record}", file=sys.stderr)
     print(listener.summary(), file=sys.stderr, flush=True)
     return 0
 
 
 def _listen_stdin(listener: Listener, args: argparse.Namespace) -> None:
-    """Raw PCM16 little-endian mono on stdin, 100 ms at a time; an odd byte waits for its pair."""
-    block = max(1, args.rate // 10) * 2
-    limit = math.inf if args.duration is None else round(args.duration * args.rate) * 2
-    carry, taken = b"", 0
-    while taken < limit and (data := sys.stdin.buffer.read(int(min(block, limit - taken)))):
-        taken += len(data)
-        data = carry + data
-        cut = len(data) - len(data) % 2
-        carry = data[cut:]
-        listener.feed(args.rate, np.frombuffer(data[:cut], dtype="<i2").astype(np.float32) / 32768.0)
+    """Raw 16-bit PCM (``--rate``, mono) or a 16-bit wav stream on stdin, fed as it arrives (about 100 ms
+    at a time); raises :class:`~edgessm.data.audio.AudioError` for text, other containers, a cut-off stream."""
+    from .sources import PcmPipe
+
+    pipe = PcmPipe(sys.stdin.buffer, args.rate)
+    for block in pipe.blocks(args.duration):
+        listener.feed(pipe.rate, block)
 
 
-def _listen_file(listener: Listener, audio: np.ndarray, rate: int, args: argparse.Namespace) -> None:
-    """A recording fed 100 ms at a time, as a microphone would (in real time unless ``--fast``)."""
-    if args.duration is not None:
-        audio = audio[: round(args.duration * rate)]
-    block = max(1, rate // 10)
-    start = time.monotonic()
-    for pos in range(0, len(audio), block):
-        if not args.fast:  # pace the file like a live microphone
-            time.sleep(max(0.0, start + pos / rate - time.monotonic()))
-        listener.feed(rate, audio[pos : pos + block])
+def _listen_file(listener: Listener, name: str, args: argparse.Namespace) -> None:
+    """A recording read and fed 100 ms at a time, as a microphone would (in real time unless ``--fast``):
+    ``(channels, n)`` blocks averaged to ``(n,)``, one block in memory at a time; raises
+    :class:`~edgessm.data.audio.AudioError` for unusable input."""
+    from .sources import open_source
+
+    source = open_source(name)
+    try:
+        rate = source.rate
+        limit = math.inf if args.duration is None else round(args.duration * rate)
+        start, pos = time.monotonic(), 0
+        for block in source.blocks(max(1, rate // 10)):
+            if pos >= limit:
+                break
+            block = block[:, : int(min(block.shape[1], limit - pos))]
+            if not args.fast:  # pace the file like a live microphone
+                time.sleep(max(0.0, start + pos / rate - time.monotonic()))
+            listener.feed(rate, block.mean(axis=0))
+            pos += block.shape[1]
+    finally:
+        source.close()
 
 
 def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
