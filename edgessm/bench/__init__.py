@@ -6,6 +6,8 @@
     models    exported graphs: params, FLOPs/s, real-time factor, chunk latency, peak memory (no torch)
     distill   SpectraLDS distillation of the ES-SSM Hankel filters: states per budget, coefficient sizes, errors
     trainstep training-step time of a recipe and its variants (params, MFLOP/s, seconds per step, ratios)
+    soak      an hour of speech + noise piped through listen, denoise and transcribe: real-time factor,
+              memory over time, samples in = out, the same output for a repeated segment, state drift
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ BENCHMARKS = {
     "models": "edgessm.bench.models",
     "distill": "edgessm.bench.distill",
     "trainstep": "edgessm.bench.trainstep",
+    "soak": "edgessm.bench.soak",
 }
 
 

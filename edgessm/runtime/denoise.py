@@ -10,6 +10,10 @@ A file streams through the stepwise graph a block at a time (constant memory for
 each channel with its own recurrent state, through the same :class:`Denoiser` the live loop uses.
 The output keeps the input's length, rate, channel count and sample format, and is written to a
 temporary file beside OUT that is renamed into place only when the whole input was processed.
+On stdin a 16-bit PCM wav stream (``sox IN -t wav -e signed -b 16 -``; its length may be left open)
+streams in constant memory too; other containers on stdin (FLAC, Ogg, MP3, 24-bit or float wav) are
+read whole first, as libsndfile must seek in them. OUT ``-`` is written to stdout at the end (the
+temporary file is on disk, not in memory).
 
 Alignment: the hourglass network is causal and sample-aligned (trained with ``clean[t]`` as the
 target for ``noisy[t]``); its algorithmic latency (``latency_samples``, one chunk) is the time the
@@ -417,7 +421,7 @@ def _denoise_file(args: argparse.Namespace) -> int:
         writer = Writer(args.output, source.rate, channels, fmt, subtype)
         if note:
             print(f"edgessm denoise: {note}", file=sys.stderr)
-        show = sys.stderr.isatty() and not args.no_progress and source.seconds > PROGRESS_MIN_S
+        show = sys.stderr.isatty() and not args.no_progress and (source.seconds or 0.0) > PROGRESS_MIN_S
         bar = _progress(source.seconds) if show else None
         t0 = time.perf_counter()
         for block in source.blocks(max(1, round(BLOCK_S * source.rate))):

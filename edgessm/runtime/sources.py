@@ -4,6 +4,11 @@
 yields ``(channels, n)`` float32 blocks and refuses non-finite samples with advice. libsndfile's
 formats (wav, flac, ogg, mp3, aiff, ...) stream; anything else librosa can decode is read whole.
 
+On stdin a 16-bit PCM wav stream (its length in the header, or the "unknown" placeholder that
+streaming writers put there) is read a block at a time as it arrives, in constant memory however
+long it runs. Anything else on stdin (FLAC, Ogg, MP3, other wav sample formats) is read whole into
+memory first, because libsndfile has to seek in it.
+
 ``PcmPipe`` reads a live byte stream (``edgessm listen --input -``): raw 16-bit PCM, or a 16-bit
 PCM wav stream, a block at a time as it arrives.
 """
@@ -24,6 +29,7 @@ import numpy as np
 
 PROBE_BYTES = 4096  # bytes looked at to tell text or a container from audio
 MAX_HEADER_BYTES = 1 << 20  # a wav stream's chunks before its samples: more is not a wav header
+SAMPLE_RATE = 16000  # what a PcmPipe assumes until a wav header says otherwise
 UNKNOWN_SIZE = 0x7F000000  # wav data sizes from here up are streaming writers' "length unknown" placeholders
 CONTAINERS = {b"RIFF": "wav", b"RIFX": "big-endian wav (RIFX)", b"RF64": "RF64 wav", b"fLaC": "FLAC",
               b"OggS": "Ogg", b"ID3": "MP3", b"FORM": "AIFF", b"caff": "CAF"}  # fmt: skip
@@ -31,22 +37,35 @@ WAV_PCM, WAV_EXTENSIBLE = 1, 0xFFFE
 
 
 class Source:
-    """An input opened for block reads: soundfile when it can (stdin too), else decoded whole by librosa."""
+    """An input opened for block reads: soundfile when it can (stdin too), a :class:`PcmPipe` for a 16-bit
+    wav stream on stdin, else decoded whole by librosa.
 
-    def __init__(self, name: str, rate: int, channels: int, frames: int, fmt: str | None, subtype: str | None,
-                 sound_file=None, data: np.ndarray | None = None) -> None:  # fmt: skip
+    ``frames`` is ``None`` for a stream whose header leaves its length open (known only at its end); for
+    a stream it is what the header promises, checked when the stream ends."""
+
+    def __init__(self, name: str, rate: int, channels: int, frames: int | None, fmt: str | None,
+                 subtype: str | None, sound_file=None, data: np.ndarray | None = None,
+                 pipe: PcmPipe | None = None) -> None:  # fmt: skip
         self.name, self.rate, self.channels, self.frames = name, rate, channels, frames
         self.format, self.subtype = fmt, subtype
-        self._sf, self._data = sound_file, data
+        self._sf, self._data, self._pipe = sound_file, data, pipe
 
     @property
-    def seconds(self) -> float:
-        return self.frames / self.rate
+    def streaming(self) -> bool:
+        """Read from a pipe as it arrives (its length checked only at its end)."""
+        return self._pipe is not None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.frames is None else self.frames / self.rate
 
     def blocks(self, size: int) -> Iterator[np.ndarray]:
         """``(channels, n)`` float32 blocks, ``n <= size``; raises :class:`AudioError` at a non-finite sample."""
         from edgessm.data.audio import AudioError
 
+        if self._pipe is not None:
+            yield from self._pipe_blocks(size)
+            return
         pos = 0
         while True:
             if self._sf is not None:
@@ -69,6 +88,28 @@ class Source:
                 )
             pos += block.shape[1]
             yield block
+
+    def _pipe_blocks(self, size: int) -> Iterator[np.ndarray]:
+        """The blocks of a wav stream, exactly ``size`` frames each but the last (as libsndfile gives them):
+        at most one block and one read of the pipe in memory. Raises :class:`AudioError` at the end if the
+        stream holds fewer frames than its header promises; a partial frame at the end of a stream of
+        unknown length is dropped, as libsndfile does."""
+        from edgessm.data.audio import AudioError
+
+        pipe, frame = self._pipe, 2 * self.channels
+        want, pending, frames = max(1, size) * frame, bytearray(), 0
+        for data in pipe.raw_blocks():
+            pending += data
+            while len(pending) >= want:
+                block = pcm16_frames(bytes(pending[:want]), self.channels)
+                del pending[:want]
+                frames += block.shape[1]
+                yield block
+        held = frames + len(pending) // frame
+        if self.frames is not None and held < self.frames:
+            raise AudioError(_ends_early(self.name, self.frames, held, self.rate))
+        if pending:
+            yield pcm16_frames(bytes(pending), self.channels)
 
     def close(self) -> None:
         if self._sf is not None:
@@ -109,12 +150,67 @@ def _open_file(path: Path) -> tuple[Source, bytes]:
 
 
 def _open_stdin() -> tuple[Source, bytes]:
-    """All of stdin (a pipe cannot seek, as libsndfile needs) as a :class:`Source`, and its first bytes."""
+    """stdin as a :class:`Source`, and its first bytes: a 16-bit PCM wav stream read as it arrives (see
+    :func:`_wav_stream`), anything else read whole (a pipe cannot seek, as libsndfile needs)."""
+    stdin = sys.stdin.buffer
+    head = read_fully(stdin, 12)
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        pipe = _Rewind(head, stdin)
+        source = _wav_stream(pipe)
+        if source is not None:
+            return source, head
+        head = pipe.rewound()
+    return _open_whole(head + stdin.read())
+
+
+def _wav_stream(pipe: _Rewind) -> Source | None:
+    """A 16-bit PCM wav stream as a streaming :class:`Source` (refused at once, with the message a whole
+    read gives, when it holds no samples); ``None`` when it is not one (another sample format, a header
+    cut off or damaged): the caller reads it whole, and libsndfile has the last word on it."""
+    from edgessm.data.audio import AudioError
+
+    try:
+        stream = PcmPipe(pipe, SAMPLE_RATE, "stdin")
+    except AudioError:
+        return None
+    frames = None if stream.promised is None else stream.promised // (2 * stream.channels)
+    if frames == 0 or not stream.has_samples():
+        raise AudioError("stdin: the file holds no samples; record or export it again")
+    pipe.forget()
+    return Source("stdin", stream.rate, stream.channels, frames, "WAV", "PCM_16", pipe=stream)
+
+
+class _Rewind:
+    """A pipe with ``head`` (bytes already taken from it) given back in front, that keeps what it hands
+    out until :meth:`forget`: :meth:`rewound` is all of it for a reader that gave up on the stream."""
+
+    def __init__(self, head: bytes, pipe: BinaryIO) -> None:
+        self.pipe, self._ahead, self._kept = pipe, head, bytearray()
+        self._keep = True
+
+    def read(self, n: int) -> bytes:
+        if self._ahead:
+            data, self._ahead = self._ahead[:n], self._ahead[n:]
+        else:
+            data = self.pipe.read(n)
+        if self._keep:
+            self._kept += data
+        return data
+
+    def rewound(self) -> bytes:
+        """The bytes handed out so far and those not yet handed out: the stream from its start."""
+        return bytes(self._kept) + self._ahead
+
+    def forget(self) -> None:
+        self._keep, self._kept = False, bytearray()
+
+
+def _open_whole(data: bytes) -> tuple[Source, bytes]:
+    """``data``, all of stdin, as a :class:`Source` read by libsndfile, and its first bytes."""
     import soundfile as sf
 
     from edgessm.data.audio import AudioError
 
-    data = sys.stdin.buffer.read()
     if not data:
         raise AudioError("stdin is empty: pipe a wav or flac stream in (or give a file as IN)")
     try:
@@ -135,17 +231,23 @@ def _check_whole(source: Source, head: bytes) -> None:
     """Refuse (and close) a source without samples, or a wav file whose header promises more than it holds."""
     from edgessm.data.audio import AudioError
 
+    if source.streaming:  # checked as it is read: it holds samples (see _wav_stream), its length at its end
+        return
     promised = wav_frames(head) if source.format == "WAV" else None
     if source.frames <= 0:
         source.close()
         raise AudioError(f"{source.name}: the file holds no samples; record or export it again")
     if promised is not None and promised > source.frames:
         source.close()
-        raise AudioError(
-            f"{source.name} ends early: its header promises {promised / source.rate:.2f} s of audio but it holds "
-            f"{source.seconds:.2f} s (cut off while being copied, downloaded or piped); "
-            + ("send the whole stream" if source.name == "stdin" else "get the whole file again")
-        )
+        raise AudioError(_ends_early(source.name, promised, source.frames, source.rate))
+
+
+def _ends_early(name: str, promised: int, held: int, rate: int) -> str:
+    return (
+        f"{name} ends early: its header promises {promised / rate:.2f} s of audio but it holds {held / rate:.2f} s "
+        "(cut off while being copied, downloaded or piped); "
+        + ("send the whole stream" if name == "stdin" else "get the whole file again")
+    )
 
 
 def _reason(e: Exception) -> str:
@@ -283,6 +385,37 @@ class PcmPipe:
                 raise AudioError(f"{self.name} ended inside its wav header: send the whole stream")
             head += more
 
+    def has_samples(self) -> bool:
+        """Whether a whole frame follows the header (reads at most one frame more; nothing is lost)."""
+        frame = 2 * self.channels
+        if len(self._head) < frame:
+            self._head += read_fully(self.pipe, frame - len(self._head))
+        return len(self._head) >= frame
+
+    def raw_blocks(self, limit: float = math.inf) -> Iterator[bytes]:
+        """Whole frames of interleaved 16-bit PCM as they arrive (reads of about 100 ms), until the stream
+        ends, ``limit`` bytes were taken or the samples its wav header promises were. Afterwards
+        ``self.taken`` is the bytes taken, ``self.partial`` those of a frame the stream ended inside."""
+        frame = 2 * self.channels
+        if self.promised is not None:
+            limit = min(limit, self.promised)
+        read = max(1, self.rate // 10) * frame
+        # a header longer than the first read leaves nothing of the samples read yet
+        piece, self._head = self._head or (self.pipe.read(int(min(read, limit))) if limit > 0 else b""), b""
+        carry, taken = b"", 0
+        self.taken = self.partial = 0
+        while piece and taken < limit:
+            piece = carry + piece[: int(min(len(piece), limit - taken))]
+            taken += len(piece) - len(carry)
+            self.taken = taken
+            cut = len(piece) - len(piece) % frame
+            carry = piece[cut:]
+            if cut:
+                yield piece[:cut]
+            if taken < limit:
+                piece = self.pipe.read(int(min(read, limit - taken)))
+        self.partial = len(carry) if taken < limit else 0  # the stream ended (not the limit) inside a frame
+
     def blocks(self, duration: float | None = None) -> Iterator[np.ndarray]:
         """Mono float32 blocks ``(n,)`` of about 100 ms as they arrive, until the stream ends or ``duration``
         seconds were read; raises :class:`AudioError` if the stream ends inside a sample, or before the
@@ -293,20 +426,12 @@ class PcmPipe:
         limit = math.inf if duration is None else round(duration * self.rate) * frame
         if self.promised is not None:
             limit = min(limit, self.promised)
-        piece, self._head = self._head, b""
-        carry, taken = b"", 0
-        while piece and taken < limit:
-            piece = carry + piece[: int(min(len(piece), limit - taken))]
-            taken += len(piece) - len(carry)
-            cut = len(piece) - len(piece) % frame
-            carry = piece[cut:]
-            if cut:
-                yield pcm16_mono(piece[:cut], self.channels)
-            if taken < limit:
-                piece = self.pipe.read(int(min(max(1, self.rate // 10) * frame, limit - taken)))
-        if carry and taken < limit:  # the stream ended (not the limit) inside a frame
+        for data in self.raw_blocks(limit):
+            yield pcm16_mono(data, self.channels)
+        taken = self.taken
+        if self.partial:
             raise AudioError(
-                f"{self.name} ended inside a sample ({len(carry)} bytes of a {frame}-byte frame): it was cut off "
+                f"{self.name} ended inside a sample ({self.partial} bytes of a {frame}-byte frame): it was cut off "
                 "or is not 16-bit PCM; send whole samples"
             )
         if self.promised is not None and taken < limit:
@@ -314,6 +439,13 @@ class PcmPipe:
                 f"{self.name} ends early: its wav header promises {self.promised / frame / self.rate:.2f} s, "
                 f"it sent {taken / frame / self.rate:.2f} s; send the whole stream"
             )
+
+
+def pcm16_frames(data: bytes, channels: int) -> np.ndarray:
+    """Interleaved 16-bit little-endian PCM frames -> ``(channels, frames)`` float32 in [-1, 1), as
+    libsndfile reads them (``sample / 32768``)."""
+    x = np.frombuffer(data, "<i2").astype(np.float32) / 32768.0
+    return x.reshape(-1, channels).T
 
 
 def pcm16_mono(data: bytes, channels: int) -> np.ndarray:

@@ -9,6 +9,11 @@ A recording streams through the stepwise graph a block at a time (constant memor
 audio, any rate, format and channel count: channels are averaged). A segment ends when the speaker
 pauses (``--pause``) or at ``--max-segment`` seconds. The transcript goes to stdout; progress, live
 partial results and the summary go to stderr, so ``edgessm transcribe x.wav > x.txt`` keeps only text.
+
+On stdin a 16-bit PCM wav stream is read as it arrives too (constant memory, its length may be left
+open as streaming writers do); other containers on stdin (FLAC, Ogg, MP3, 24-bit or float wav) are
+read whole first, as libsndfile must seek in them: pipe ``-t wav -e signed -b 16`` for hours of audio.
+A stream cut off before the length its header promises fails at its end, after the text of what came.
 """
 
 from __future__ import annotations
@@ -185,7 +190,7 @@ def _transcribe_file(rec, name: str, printer: Printer, args: argparse.Namespace)
         raise _InputError(str(e)) from None
     label = "stdin" if name == "-" else name
     bar = None
-    if source.seconds >= PROGRESS_MIN_S and sys.stderr.isatty() and not args.no_progress:
+    if (source.seconds or 0.0) >= PROGRESS_MIN_S and sys.stderr.isatty() and not args.no_progress:  # length known
         bar = _progress(source.seconds, "transcribing")
     t0 = time.perf_counter()
     try:

@@ -372,7 +372,7 @@ class KwsTask(Task):
         loss = clip_loss + self.data.frame_loss * (bg_loss + pos_loss)
         acc = (logits.argmax(-1) == batch["label"]).float().mean()
         fires = ((bg_logp.exp() < 0.5) & (bg > 0)).float().sum() / bg.sum().clamp_min(1)
-        return loss, {"acc": float(acc), "bg_loss": float(bg_loss), "pos_loss": float(pos_loss),
+        return loss, {"acc": float(acc), "bg_loss": float(bg_loss.detach()), "pos_loss": float(pos_loss.detach()),
                       "bg_fire": float(fires)}  # fmt: skip
 
     def evaluate(self, model, device, max_batches=0):
