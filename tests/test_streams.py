@@ -57,3 +57,21 @@ def test_scoring_hits_misses_false_accepts_and_time_error() -> None:
     assert s.detection_rate == pytest.approx(2 / 3)
     assert s.false_accepts_per_hour == pytest.approx(2.0)
     assert s.summary()["hits"] == 2
+
+
+def test_user_session_streams_hold_real_words_with_short_pauses_over_a_quiet_room() -> None:
+    from fixtures import skip_without_shared
+
+    skip_without_shared("speech_commands_test_v0.02", "speech_commands_background_noise")
+    from edgessm.eval import kws
+
+    commands, every = kws.session_streams(per_stream=40, seed=1)
+    assert (commands.kind, every.kind) == ("session-commands", "session-35")
+    assert {p.label for p in commands.placements} <= set(kws.COMMANDS) and len(commands.placements) == 40
+    assert len({p.label for p in every.placements}) > 10
+    for s in (commands, every):
+        gaps = [b.start_s - a.end_s for a, b in zip(s.placements, s.placements[1:], strict=False)]
+        assert min(gaps) >= 1.5 - 1e-6 and max(gaps) <= 2.5 + 1e-6
+        room = np.concatenate([s.audio[int(a.end_s * 16000) + 800 : int(b.start_s * 16000) - 800]
+                               for a, b in zip(s.placements, s.placements[1:], strict=False)])  # fmt: skip
+        assert 20 * np.log10(np.sqrt(np.mean(room.astype(np.float64) ** 2))) < -40  # a quiet room between words

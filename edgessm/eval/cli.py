@@ -140,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
         streams = kws.keyword_streams(args.keywords_per_background, args.seed)
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
         report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
+        # a user's session: real speakers, short pauses, a quiet room (hit rate; no keyword-free audio)
+        report["sessions"] = kws.stream_metrics(model, kws.session_streams(seed=args.seed), [], thresholds, cfg,
+                                                progress)  # fmt: skip
     return _write_report(report, kws_markdown, kws_plots, args.out)
 
 

@@ -194,6 +194,31 @@ def keyword_streams(per_kind: int, seed: int = 0, kinds: Sequence[str] = backgro
     return out
 
 
+COMMANDS = ("yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go")
+
+
+def session_streams(per_stream: int = 200, seed: int = 0) -> list[StreamSet]:
+    """Streams like a user's session: held-out real speakers saying keywords with 1.5-2.5 s pauses over a
+    quiet real room/noise recording (-50 dBFS), each word at -30..-15 dBFS (20-35 dB above the room).
+    Two streams: ``session-commands`` (the ten commands) and ``session-35`` (every keyword alike)."""
+    rng = np.random.default_rng([seed, 7])
+    pool = keyword_clips("sc-test")
+    out = []
+    for kind, words in (("session-commands", COMMANDS), ("session-35", None)):
+        chosen = [c for c in pool if words is None or c.text in words]
+        picked = [chosen[i] for i in rng.permutation(len(chosen))[:per_stream]]
+        clips = [(c.text, trim(load_audio(c.path)[0])) for c in picked]
+        seconds = sum(len(w) / SAMPLE_RATE + 2.5 for _, w in clips) + 3.0
+        bg = _level_to(backgrounds.noise(seconds, rng), -50.0)
+        audio, places = build_stream(bg, clips, rng, gap_s=(1.5, 2.5), snr_db=(20.0, 35.0), min_level_dbfs=-30.0)
+        out.append(StreamSet(kind, audio, places))
+    return out
+
+
+def _level_to(x: np.ndarray, dbfs: float) -> np.ndarray:
+    return (x * 10 ** (dbfs / 20) / (np.sqrt(np.mean(np.square(x, dtype=np.float64))) + 1e-12)).astype(np.float32)
+
+
 def keyword_free_hour(seconds: float = 3600.0, seed: int = 1, speech_source: str = "real") -> list[StreamSet]:
     """Keyword-free audio split evenly over the background kinds (default one hour in all)."""
     rng = np.random.default_rng(seed)

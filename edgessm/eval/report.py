@@ -73,6 +73,23 @@ def kws_markdown(report: dict) -> str:
                 + " |"
             )
         lines.append("")
+    sessions = report.get("sessions")
+    if sessions:
+        th = report.get("threshold")
+        lines += [
+            "User sessions (held-out real speakers, 1.5-2.5 s pauses, a quiet room; a hit is the right word "
+            "from its start to 1 s after its end):",
+            "",
+            "| threshold | ten commands | all 35 words |",
+            "|---:|---:|---:|",
+        ]
+        for row in sessions["sweep"]:
+            by = row["by_background"]
+            mark = "**" if th is not None and abs(row["threshold"] - th) < 1e-9 else ""
+            lines.append(f"| {mark}{row['threshold']:.2f}{mark} | "
+                         + " | ".join(_pct(by[k]["detection_rate"]) if k in by else "-"
+                                      for k in ("session-commands", "session-35")) + " |")  # fmt: skip
+        lines.append("")
     return "\n".join(lines)
 
 
