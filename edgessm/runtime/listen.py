@@ -15,17 +15,32 @@ read would give. Input that is not usable audio (missing, empty, text, NaN sampl
 off) stops with a one-line message on stderr and exit status 1. ``--record`` is written to a
 temporary file beside it and renamed into place only when the session ends normally (the input
 ran out, ``--duration`` passed, or Ctrl-C); after an error or SIGTERM there is no file.
+
+The microphone is opened at its own rate with one channel; a device that refuses that is opened
+with two channels (or its most, averaged to mono) and, failing that, at 48, 44.1 or 16 kHz; the
+model's stream resamples whatever it gets. A microphone that goes away mid-session (unplugged, its
+sound server dropping the stream) or that delivers no audio for ``--mic-timeout`` seconds (a
+stalled server: PortAudio may simply stop calling back) ends the session as a device end, not a
+program error: a one-line message on stderr, ``--record`` kept with what was heard up to then, the
+summary, and exit status 1. listen does not reopen the device (a sound server that moves the
+stream to another input keeps it going by itself). Input overflows (audio PortAudio had to drop)
+are counted on the meter and in the summary and are never fatal.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,9 +50,22 @@ from .denoise import EXTENSIONS, Terminated, Writer, sigterm_unwinds
 METER_DB_RANGE = 60.0  # the meter's bar spans -60..0 dBFS
 METER_WIDTH = 20  # characters of bar
 METER_PERIOD_S = 0.1  # redraw at most this often
+MIC_RATES = (48000, 44100, 16000)  # tried in turn when a microphone refuses its own default rate
+
+EPILOG = """\
+exit status: 0 when the input ends, --duration passes, or on Ctrl-C (the summary is printed and
+--record is kept); 1 for unusable input or refused option values, or when the microphone goes away
+(unplugged, its sound server dropping the stream, or no audio for --mic-timeout seconds): a one-line
+message, then --record kept with what was heard up to then and the summary. listen does not reopen
+a lost microphone (a sound server that moves the stream to another input keeps it going by itself).
+143 on SIGTERM (no --record file). Input overflows are counted in the meter and summary, never fatal.
+A microphone that refuses mono or its default rate is opened in stereo (mixed to mono) or at
+48/44.1/16 kHz, and resampled to the model's rate."""
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.epilog = EPILOG
+    ap.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the epilog's lines; options as usual
     ap.add_argument("--model", default="kws35", help="shipped model name or path to a keyword-spotting .onnx graph")
     ap.add_argument(
         "--input", default="mic", help="'mic' (default), an audio file, or '-': raw PCM or a 16-bit wav stream on stdin"
@@ -54,6 +82,14 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--device", help="input device (name or index) for the microphone; see --list-devices")
     ap.add_argument("--list-devices", action="store_true", help="list audio input devices and exit")
+    ap.add_argument(
+        "--mic-timeout",
+        type=float,
+        default=2.0,
+        metavar="S",
+        help="end (exit status 1, --record and summary kept) when the microphone gives no audio for S seconds "
+        "(5 s for its first audio, if longer; default 2; 0: only when its device goes away)",
+    )
     ap.add_argument(
         "--threshold", type=float, help="smoothed posterior needed to fire, 0..1 (default: the model's, else 0.7)"
     )
@@ -259,11 +295,36 @@ def run(args: argparse.Namespace) -> int:
     listener = _listener(args)
     try:
         with sigterm_unwinds():
-            return _listen(listener, args)
+            code = _listen(listener, args)
     except Terminated:
         note = f"; {args.record} was not written" if args.record else ""
         print(f"edgessm listen: terminated{note}", file=sys.stderr, flush=True)
-        return 143
+        code = 143
+    except SystemExit as e:
+        _exit_now_if_portaudio_is_stuck(e.code)
+        raise
+    except BaseException as e:
+        _exit_now_if_portaudio_is_stuck(f"edgessm listen: {type(e).__name__}: {e}")
+        raise
+    _exit_now_if_portaudio_is_stuck(code)
+    return code
+
+
+def _exit_now_if_portaudio_is_stuck(code: int | str | None) -> None:
+    """End the process at once (``os._exit``) with ``code`` (a message: printed, status 1) when PortAudio
+    could not stop the microphone (a stalled sound server): exiting normally would then hang or crash
+    in PortAudio. The session's files and messages are complete by then."""
+    from .devices import streams_left_behind
+
+    if not streams_left_behind():
+        return
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for f in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            f.flush()
+    os._exit(code or 0)
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -272,6 +333,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise _fail(f"--rate is the sample rate of raw PCM on stdin in Hz, got {args.rate}")
     if args.duration is not None and not args.duration >= 0:
         raise _fail(f"--duration is a number of seconds >= 0, got {args.duration}")
+    if not args.mic_timeout >= 0:
+        raise _fail(f"--mic-timeout is a number of seconds >= 0 (0: no timeout), got {args.mic_timeout}")
     record = args.record
     if record is None:
         return
@@ -311,35 +374,81 @@ def _listener(args: argparse.Namespace) -> Listener:
 
 def _listen(listener: Listener, args: argparse.Namespace) -> int:
     """Listen to ``--input`` until it ends, ``--duration`` passes or Ctrl-C; then the record and the summary.
-    Unusable input or a failed write: the record is discarded and the message raised as ``SystemExit``."""
+    Unusable input or a failed write: the record is discarded and the message raised as ``SystemExit``.
+    A microphone lost mid-session: the message, the record and the summary, and status 1."""
     from edgessm.data.audio import AudioError
+
+    from .devices import MicrophoneLost
 
     recorder = Recorder(args.record, listener.rate) if args.record else None
     listener.stream.on_audio = recorder
-    try:
+    lost: Exception | None = None
+    with _one_ctrl_c():
         try:
-            if args.input == "-":
-                _listen_stdin(listener, args)
-            elif args.input != "mic":
-                _listen_file(listener, args.input, args)
-            else:
-                _listen_mic(listener, listener.decider, args)
-        except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
-            pass
-        listener.finish()
+            try:
+                if args.input == "-":
+                    _listen_stdin(listener, args)
+                elif args.input != "mic":
+                    _listen_file(listener, args.input, args)
+                else:
+                    _listen_mic(listener, listener.decider, args)
+            except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
+                pass
+            except MicrophoneLost as e:  # a device end, not a program error: what was heard is kept
+                lost = e
+            _ignore_ctrl_c()  # the session is ending: another Ctrl-C must cost neither the record nor the summary
+            listener.finish()
+            if recorder is not None:
+                recorder.commit(listener.stream.samples_in)
+        except BaseException as e:  # errors, SIGTERM: no half-written record
+            listener.clear()
+            if recorder is not None:
+                recorder.discard()
+            if isinstance(e, (AudioError, RecordError)):
+                raise _fail(str(e)) from None
+            raise
+        if lost is not None:
+            print(f"edgessm listen: the microphone went away after {listener.heard_s:.2f} s: {lost}", file=sys.stderr)
         if recorder is not None:
-            recorder.commit(listener.stream.samples_in)
-    except BaseException as e:  # errors, SIGTERM, Ctrl-C while finishing: no half-written record
-        listener.clear()
-        if recorder is not None:
-            recorder.discard()
-        if isinstance(e, (AudioError, RecordError)):
-            raise _fail(str(e)) from None
-        raise
-    if recorder is not None:
-        print(f"recorded {listener.heard_s:.2f} s to {args.record}", file=sys.stderr)
-    print(listener.summary(), file=sys.stderr, flush=True)
-    return 0
+            print(f"recorded {listener.heard_s:.2f} s to {args.record}", file=sys.stderr)
+        print(listener.summary(), file=sys.stderr, flush=True)
+    return 0 if lost is None else 1
+
+
+_ctrl_c_ignored_at_exit = False  # whether an exit handler ignores SIGINT (see _one_ctrl_c)
+
+
+@contextlib.contextmanager
+def _one_ctrl_c() -> Iterator[None]:
+    """Within the block, the first Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` and the ones after it are
+    ignored, as they are once :func:`_ignore_ctrl_c` says the session is ending: a second press must
+    not cut short stopping the microphone (PortAudio left half-stopped hangs or aborts the exit),
+    committing ``--record`` or the summary. They stay ignored while the interpreter exits (Python gives
+    SIGINT back its default action then, and a press would kill the process after a clean session).
+    Main thread only; an ignored SIGINT (a background job) stays ignored."""
+    global _ctrl_c_ignored_at_exit
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        yield
+        return
+
+    def first(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if not _ctrl_c_ignored_at_exit:
+            atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+            _ctrl_c_ignored_at_exit = True
+
+
+def _ignore_ctrl_c() -> None:
+    """The session is ending: from now on Ctrl-C is ignored (within :func:`_one_ctrl_c`)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _listen_stdin(listener: Listener, args: argparse.Namespace) -> None:
@@ -376,17 +485,25 @@ def _listen_file(listener: Listener, name: str, args: argparse.Namespace) -> Non
 
 
 def _listen_mic(listener: Listener, decider, args: argparse.Namespace) -> None:
+    """The microphone, at a rate and channel count it takes (blocks mixed to mono, resampled by the stream),
+    until ``--duration``, Ctrl-C, or :class:`~edgessm.runtime.devices.MicrophoneLost` (the device went away
+    or gave no audio for ``--mic-timeout`` seconds)."""
     from .devices import Microphone, input_device
 
     sd = _sounddevice()
     device, dev, rate = input_device(sd, args.device, _no_microphone)
-    mic = Microphone(sd, device, rate, 0.05, _no_microphone)
+    stall_s = args.mic_timeout or math.inf  # 0: only a stream that ends ends the session
+    mic = Microphone(sd, device, rate, 0.05, _no_microphone, rates=MIC_RATES, stall_s=stall_s)
 
     def feed(block: np.ndarray) -> None:
         listener.overflows = mic.overflows
-        listener.feed(rate, block)
+        listener.feed(mic.rate, block)
 
     words = ", ".join(decider.labels[i] for i in np.flatnonzero(decider.active))
-    print(f"listening on {dev['name']} at {rate} Hz for {words} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    mic.pump(args.duration, feed, idle=lambda: listener.show(force=True), poll_s=METER_PERIOD_S)
-    listener.overflows = mic.overflows
+    mixed = f" ({mic.channels} channels mixed to mono)" if mic.channels > 1 else ""
+    print(f"listening on {dev['name']} at {mic.rate} Hz{mixed} for {words} (Ctrl-C to stop)", file=sys.stderr,
+          flush=True)  # fmt: skip
+    try:
+        mic.pump(args.duration, feed, idle=lambda: listener.show(force=True), poll_s=METER_PERIOD_S)
+    finally:
+        listener.overflows = mic.overflows
