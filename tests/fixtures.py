@@ -131,3 +131,53 @@ def skip_without_shared(*folders: str) -> Path:
     if real is None or missing:
         pytest.skip(f"needs ../shared/data ({', '.join(missing) or 'the folder'}), absent on this machine")
     return real
+
+
+# --- unusable audio for the products' bad-input tests ----------------------------------------------------------
+
+
+def noise(seconds: float, rate: int = 16000, channels: int = 1, seed: int = 0) -> np.ndarray:
+    """``(n,)`` or ``(n, channels)`` float32 noise at -26 dBFS."""
+    shape = (round(seconds * rate), channels) if channels > 1 else round(seconds * rate)
+    return (0.05 * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+
+
+def wav_bytes(x: np.ndarray, rate: int, subtype: str = "PCM_16", fmt: str = "WAV") -> bytes:
+    """``x`` encoded as a complete audio file in memory."""
+    import io
+
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, x, rate, subtype=subtype, format=fmt)
+    return buf.getvalue()
+
+
+def make_bad(folder: Path, case: str) -> Path:
+    """A file for each kind of unusable input (:data:`BAD_FILES`); ``missing`` is not created."""
+    import soundfile as sf
+
+    path = folder / f"{case}.wav"
+    if case == "nan":
+        x = noise(3.0)
+        x[24000] = np.nan  # 1.5 s in: found after the first blocks were already processed
+        sf.write(path, x, 16000, subtype="FLOAT")
+    elif case == "empty":
+        sf.write(path, np.zeros(0, np.float32), 16000)
+    elif case == "text":
+        path.write_text("these are not samples\n" * 100)
+    elif case == "cut":  # a copy that stopped early: the header promises 3 s
+        path.write_bytes(wav_bytes(noise(3.0), 16000)[:20000])
+    elif case == "folder":
+        path.mkdir()
+    return path
+
+
+# what every product says about each unusable file (after its "edgessm VERB: " prefix)
+BAD_FILES = {
+    "nan": r"nan\.wav: NaN or infinite sample at 1\.500 s; .*re-export it, e\.g\. as 16-bit PCM wav",
+    "empty": r"empty\.wav: the file holds no samples; record or export it again",
+    "text": r"text\.wav: not a readable audio file \(it holds text\); convert it to wav or flac",
+    "missing": r"missing\.wav: no such file \(check the path\)",
+    "cut": r"cut\.wav ends early: its header promises 3\.00 s of audio but it holds 0\.62 s .*get the whole file again",
+}

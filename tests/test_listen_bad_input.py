@@ -17,19 +17,14 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
-from fixtures import DEMOS
+from fixtures import BAD_FILES as _BAD_FILES
+from fixtures import DEMOS, make_bad, noise, wav_bytes
 
 from edgessm.cli import main
 
 DEMO = DEMOS / "keywords.wav"
 DEMO_WORDS = ["yes", "stop", "right"]  # demos/README.md: what kws35 (v4) says at its default threshold
 FAST = ["listen", "--model", "kws35", "--fast", "--json"]
-
-
-def noise(seconds: float, rate: int = 16000, channels: int = 1, seed: int = 0) -> np.ndarray:
-    """``(n,)`` or ``(n, channels)`` float32 noise at -26 dBFS."""
-    shape = (round(seconds * rate), channels) if channels > 1 else round(seconds * rate)
-    return (0.05 * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -58,12 +53,6 @@ def stdin_bytes(monkeypatch, data: bytes) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
 
 
-def wav_bytes(x: np.ndarray, rate: int, subtype: str = "PCM_16", fmt: str = "WAV") -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, x, rate, subtype=subtype, format=fmt)
-    return buf.getvalue()
-
-
 def whole_file_detections(path: Path) -> list[dict]:
     """What listen detected before it streamed files: the whole recording read at once (mono), then fed
     to kws35's stream 100 ms at a time, with the decisions at the model's defaults."""
@@ -90,32 +79,7 @@ def whole_file_detections(path: Path) -> list[dict]:
 # --- unusable files: one line, exit 1, no --record -------------------------------------------------------------
 
 
-def make_bad(folder: Path, case: str) -> Path:
-    """A file for each kind of unusable input."""
-    path = folder / f"{case}.wav"
-    if case == "nan":
-        x = noise(3.0)
-        x[24000] = np.nan  # 1.5 s in: found after the first blocks were already heard
-        sf.write(path, x, 16000, subtype="FLOAT")
-    elif case == "empty":
-        sf.write(path, np.zeros(0, np.float32), 16000)
-    elif case == "text":
-        path.write_text("these are not samples\n" * 100)
-    elif case == "cut":  # a copy that stopped early: the header promises 3 s
-        path.write_bytes(wav_bytes(noise(3.0), 16000)[:20000])
-    elif case == "folder":
-        path.mkdir()
-    return path
-
-
-BAD_FILES = {
-    "nan": r"nan\.wav: NaN or infinite sample at 1\.500 s; .*re-export it, e\.g\. as 16-bit PCM wav",
-    "empty": r"empty\.wav: the file holds no samples; record or export it again",
-    "text": r"text\.wav: not a readable audio file \(it holds text\); convert it to wav or flac",
-    "missing": r"missing\.wav: no such file \(check the path\)",
-    "cut": r"cut\.wav ends early: its header promises 3\.00 s of audio but it holds 0\.62 s .*get the whole file again",
-    "folder": r"folder\.wav is a folder, not an audio file",
-}
+BAD_FILES = {**_BAD_FILES, "folder": r"folder\.wav is a folder, not an audio file"}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FILES))

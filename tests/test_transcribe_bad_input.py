@@ -15,22 +15,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
-from fixtures import DEMOS
+from fixtures import BAD_FILES, DEMOS, make_bad, noise, wav_bytes
 from test_transcribe import pause, spelling_graph, spoken
 
 from edgessm.cli import main
 
 SPEECH = DEMOS / "noisy_speech.wav"
-
-
-def noise(seconds: float, rate: int = 16000) -> np.ndarray:
-    return (0.05 * np.random.default_rng(0).standard_normal(round(seconds * rate))).astype(np.float32)
-
-
-def wav_bytes(x: np.ndarray, rate: int, subtype: str = "PCM_16", fmt: str = "WAV") -> bytes:
-    buf = io.BytesIO()
-    sf.write(buf, x, rate, subtype=subtype, format=fmt)
-    return buf.getvalue()
 
 
 def transcribed(args: list[str], capsys) -> tuple[int, str, str]:
@@ -52,30 +42,6 @@ def whole_file_transcript(path: Path) -> list[str]:
 
 
 # --- unusable files and stdin: one line, exit 1, no transcript -------------------------------------------------
-
-
-def make_bad(folder: Path, case: str) -> Path:
-    path = folder / f"{case}.wav"
-    if case == "nan":
-        x = noise(3.0)
-        x[24000] = np.nan
-        sf.write(path, x, 16000, subtype="FLOAT")
-    elif case == "empty":
-        sf.write(path, np.zeros(0, np.float32), 16000)
-    elif case == "text":
-        path.write_text("these are not samples\n" * 100)
-    elif case == "cut":
-        path.write_bytes(wav_bytes(noise(3.0), 16000)[:20000])
-    return path
-
-
-BAD_FILES = {
-    "nan": r"nan\.wav: NaN or infinite sample at 1\.500 s; .*re-export it, e\.g\. as 16-bit PCM wav",
-    "empty": r"empty\.wav: the file holds no samples; record or export it again",
-    "text": r"text\.wav: not a readable audio file \(it holds text\); convert it to wav or flac",
-    "missing": r"missing\.wav: no such file \(check the path\)",
-    "cut": r"cut\.wav ends early: its header promises 3\.00 s of audio but it holds 0\.62 s .*get the whole file again",
-}
 
 
 def one_line(err: str) -> str:
