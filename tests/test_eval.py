@@ -203,3 +203,19 @@ def test_real_speech_background_is_the_half_of_speakers_training_leaves_out(monk
     chosen = backgrounds._sentences("real", ["yes", "no"])
     assert {c.speaker for c in chosen} == held
     assert all(c.text == "the seal is sleeping" for c in chosen)
+
+
+def test_sc_validation_set_holds_only_speakers_no_recipe_trains_on() -> None:
+    from fixtures import skip_without_shared
+
+    from edgessm.data.corpora import shared_sc_test, shared_sc_train
+    from edgessm.data.manifest import assign_split
+    from edgessm.eval.kws import clip_set
+
+    skip_without_shared("speech_commands_train_subset", "speech_commands_test_v0.02")
+    pairs = clip_set("sc-validation")
+    speakers = {c.speaker for c, _ in pairs}
+    trained = {c.speaker for c in shared_sc_train() if assign_split(c) == "train"}
+    assert len(pairs) > 1000 and not speakers & trained
+    assert not speakers & {c.speaker for c in shared_sc_test()}  # and none of the test half's
+    assert all(word == c.text and word for c, word in pairs)

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,29 +68,17 @@ def _inputs(items: Sequence[str]) -> list[Path]:
     return sorted({f.resolve() for f in files})
 
 
-_TEACHER = None
-
-
-def _teacher(model_dir: str | None):
-    global _TEACHER
-    if _TEACHER is None:
-        from .teacher import WhisperTeacher
-
-        _TEACHER = WhisperTeacher(model_dir, threads=1)
-    return _TEACHER
-
-
 def label_file(path: str, segments_dir: str, model_dir: str | None = None) -> list[Row] | str:
     """Label one file (runs in a worker). Returns its rows, or an error message for a file it cannot read."""
     from edgessm.data.audio import AudioError, load_audio, write_audio
 
-    from .teacher import WINDOW_S, speech_segments
+    from .teacher import WINDOW_S, shared_teacher, speech_segments
 
     try:
         audio, _ = load_audio(path, SAMPLE_RATE)
     except AudioError as e:
         return str(e)
-    teacher = _teacher(model_dir)
+    teacher = shared_teacher(model_dir)
     if len(audio) <= WINDOW_S * SAMPLE_RATE:
         pieces = [(0, len(audio))]
     else:
@@ -249,12 +237,6 @@ def _write(path: Path, rows: list[Row], root: Path) -> None:
                 "confidence": r.confidence, "no_speech": r.no_speech, "raw": r.raw,
                 "words": json.dumps(r.words, separators=(",", ":")), "audio": r.audio,
             })  # fmt: skip
-
-
-def rows_of(path: str | os.PathLike) -> Iterator[dict[str, str]]:
-    """The rows of a label manifest (for tools that want the word times and confidences)."""
-    with open(path, newline="") as f:
-        yield from csv.DictReader(f)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

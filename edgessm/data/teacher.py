@@ -13,6 +13,7 @@ It does three things for the data layer, all offline and on the CPU:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -197,6 +198,12 @@ class WhisperTeacher:
         return scores
 
 
+@functools.cache
+def shared_teacher(model_dir: str | None = None) -> WhisperTeacher:
+    """One single-threaded teacher per process and model folder (worker processes label and score with it)."""
+    return WhisperTeacher(model_dir, threads=1)
+
+
 def speech_segments(
     audio: np.ndarray, max_s: float = WINDOW_S - 2.0, min_silence_ms: int = 500, pad_ms: int = 200
 ) -> list[tuple[int, int]]:
@@ -225,6 +232,7 @@ __all__ = [
     "WhisperTeacher",
     "Word",
     "default_model_dir",
+    "shared_teacher",
     "speech_segments",
     "spoken_text",
 ]

@@ -21,7 +21,7 @@ from edgessm.atomic import write_text
 
 from .asr import SETS as ASR_SETS
 
-KWS_SETS = ("sc-test", "synth-test", "fsdd", "streams")
+KWS_SETS = ("sc-test", "sc-validation", "synth-test", "fsdd", "streams")
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:

@@ -27,9 +27,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from edgessm.data.audio import SAMPLE_RATE, load_audio, speech_span
-from edgessm.data.corpora import shared_fsdd, shared_sc_test, synth_manifest
+from edgessm.data.augment import set_level
+from edgessm.data.corpora import shared_fsdd, shared_sc_test, shared_sc_train, synth_manifest
 from edgessm.data.labels import SC12_LABELS, SILENCE, UNKNOWN, map_word
-from edgessm.data.manifest import Clip, read_manifest
+from edgessm.data.manifest import Clip, assign_split, read_manifest
 from edgessm.runtime.kws import DecisionConfig, KeywordDecider
 from edgessm.runtime.session import StepModel
 
@@ -127,10 +128,14 @@ def clip_set(name: str) -> list[tuple[Clip, str]]:
         return [(c, c.label) for c in clips]
     if name == "fsdd":
         return [(c, c.label) for c in shared_fsdd() if c.split == "test"]
+    if name == "sc-validation":
+        # real speakers outside the shared test half that no recipe trains on: the speaker-hash validation
+        # share of the shared training clips (assign_split, the recipes' default 10%)
+        return [(c, c.text) for c in shared_sc_train() if assign_split(c) == "validation"]
     raise ValueError(f"unknown clip set {name!r}; choose from {CLIP_SETS}")
 
 
-CLIP_SETS = ("sc-test", "synth-test", "fsdd")
+CLIP_SETS = ("sc-test", "sc-validation", "synth-test", "fsdd")
 
 
 def evaluate_clips(model: StepModel, name: str, progress: Progress = _no_progress) -> ClipResult:
@@ -209,14 +214,10 @@ def session_streams(per_stream: int = 200, seed: int = 0) -> list[StreamSet]:
         picked = [chosen[i] for i in rng.permutation(len(chosen))[:per_stream]]
         clips = [(c.text, trim(load_audio(c.path)[0])) for c in picked]
         seconds = sum(len(w) / SAMPLE_RATE + 2.5 for _, w in clips) + 3.0
-        bg = _level_to(backgrounds.noise(seconds, rng), -50.0)
+        bg = set_level(backgrounds.noise(seconds, rng), -50.0)
         audio, places = build_stream(bg, clips, rng, gap_s=(1.5, 2.5), snr_db=(20.0, 35.0), min_level_dbfs=-30.0)
         out.append(StreamSet(kind, audio, places))
     return out
-
-
-def _level_to(x: np.ndarray, dbfs: float) -> np.ndarray:
-    return (x * 10 ** (dbfs / 20) / (np.sqrt(np.mean(np.square(x, dtype=np.float64))) + 1e-12)).astype(np.float32)
 
 
 def keyword_free_hour(seconds: float = 3600.0, seed: int = 1, speech_source: str = "real") -> list[StreamSet]:

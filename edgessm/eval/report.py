@@ -8,6 +8,7 @@ from edgessm.data.labels import SC12_LABELS, SC35_WORDS
 
 SET_NAMES = {
     "sc-test": "Speech Commands v0.02 test (real, 118 unseen speakers)",
+    "sc-validation": "Speech Commands validation speakers (real, never trained on)",
     "synth-test": "synthetic test voices (unseen voices)",
     "fsdd": "FSDD test split (real digits, 8 kHz)",
 }

@@ -362,7 +362,7 @@ class KwsTask(Task):
         frames = net(batch["audio"], all_frames=True).float()  # (B, C, F)
         logits = frames[..., -1]  # the clip decision, as without frame supervision
         clip_loss = F.cross_entropy(logits, batch["label"])
-        bg, pos = frame_targets(batch, self.labels, net_stride(net), frames.shape[-1])
+        bg, pos = frame_targets(batch, self.labels, int(_unwrap(net).stride), frames.shape[-1])
         logp = F.log_softmax(frames, dim=1)
         background = [self.labels.index(c) for c in (UNKNOWN, SILENCE) if c in self.labels]
         bg_logp = torch.logsumexp(logp[:, background], dim=1)  # (B, F): log P(no keyword)
@@ -389,10 +389,6 @@ def _unwrap(net: nn.Module) -> nn.Module:
     while hasattr(net, "module") or hasattr(net, "_orig_mod"):
         net = getattr(net, "module", None) or net._orig_mod
     return net
-
-
-def net_stride(net: nn.Module) -> int:
-    return int(_unwrap(net).stride)
 
 
 def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_frames: int) -> tuple[Tensor, Tensor]:

@@ -52,22 +52,13 @@ class GateReport:
         return out
 
 
-_TEACHER = None
-
-
 def _score_batch(items: list[tuple[str, str]]) -> list[float]:
     """Score ``(wav path, text)`` pairs in a worker (one teacher per process, one thread)."""
-    global _TEACHER
     from edgessm.data.audio import load_audio
-    from edgessm.data.teacher import WhisperTeacher
+    from edgessm.data.teacher import shared_teacher
 
-    if _TEACHER is None:
-        _TEACHER = WhisperTeacher(threads=1)
-    out = []
-    for path, text in items:
-        audio, _ = load_audio(path, 16000)
-        out.append(_TEACHER.score(audio[: 30 * 16000], [text])[0])
-    return out
+    teacher = shared_teacher()
+    return [teacher.score(load_audio(path, 16000)[0][: 30 * 16000], [text])[0] for path, text in items]
 
 
 def _read_cache(path: Path) -> dict[str, float]:
