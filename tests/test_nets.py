@@ -136,3 +136,21 @@ def _assert_streams_like_forward(name: str, net) -> None:
         y, _ = run_chunked(net, x, [stride * s for s in random_chunks(12, seed=9, high=4)])
         ref = net.frame_logits(x) if name == "kws" else net(x)
         assert rel_err(y, ref) < 1e-4
+
+
+def test_memory_s_bounds_every_block_at_its_own_rate() -> None:
+    """`memory_s` in seconds becomes each block's memory in steps at that block's frame rate."""
+    from edgessm.nets import build_network
+    from edgessm.ssm.discretize import DiagonalModes
+
+    cfg = dict(front="filterbank", front_bands=8, front_pool=160, channels=[8, 8, 8], states=[4, 4, 4],
+               kinds=["bottleneck", "pointwise", "pointwise"], pools=[1, 2, 1], window=10, num_classes=5)  # fmt: skip
+    net = build_network("kws", **cfg, memory_s=0.5)
+    memories = [[m.memory for m in block.modules() if isinstance(m, DiagonalModes)] for block in net.backbone.layers[1:]
+                if any(isinstance(m, DiagonalModes) for m in block.modules())]  # fmt: skip
+    assert memories == [[50.0], [50.0], [25.0]]  # 100 frames/s until the pool of 2 after the second block, then 50
+    front = [m.memory for m in net.backbone.layers[0].modules() if isinstance(m, DiagonalModes)]
+    assert front == [0.0]  # the filterbank's band-pass modes are not blocks: unbounded
+    assert all(m.memory == 0 for m in build_network("kws", **cfg).modules() if isinstance(m, DiagonalModes))
+    with pytest.raises(ValueError, match="memory_s"):
+        build_network("kws", **cfg, memory_s=-1.0)

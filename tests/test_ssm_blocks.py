@@ -190,3 +190,31 @@ def test_auditory_full_block_listens_across_the_band_and_streams() -> None:
         assert float(wi.max()) < math.pi and float(wr.max()) < 0
     with pytest.raises(ValueError, match="auditory"):
         FullSSM(1, 2, 4, init="mel")
+
+
+@pytest.mark.parametrize("kind,h_in,h_out,n", SHAPES)
+def test_bounded_memory_forgets_within_its_steps_and_streams_exactly(kind: str, h_in: int, h_out: int, n: int) -> None:
+    """`DiagonalModes.memory = M`: every |Ā| <= exp(-1/M) (an impulse is forgotten by 1/e per M steps), and the
+    bounded layer still streams exactly like its parallel form."""
+    layer = _make(kind, h_in, h_out, n)
+    with torch.no_grad():
+        layer.modes.dt_log.fill_(-9.0)  # Δ ~ 1e-4: unbounded, these modes would remember for ~10^4 steps
+        slow = layer.impulse_response(400).abs()
+        layer.modes.memory = 20.0
+        wr, _ = layer.modes.dtA()
+        assert float(wr.max()) <= -1 / 20 + 1e-9
+        fast = layer.impulse_response(400).abs()
+        assert fast[..., 300:].max() < 1e-3 * fast.max()  # 15 memories later: e^-15 of the start
+        assert slow[..., 300:].max() > 0.5 * slow.max()
+        u = torch.randn(2, h_in, 2000)
+        y_step, _ = run_chunked(layer, u, random_chunks(u.shape[-1], seed=2))
+        assert rel_err(y_step, layer(u)) < 1e-4
+
+
+def test_memory_must_be_zero_or_at_least_one_step() -> None:
+    layer = _make("pointwise", 4, 6, 12)
+    for bad in (0.5, -3.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="unbounded"):
+            layer.modes.memory = bad
+    layer.modes.memory = 0  # unbounded again
+    assert layer.modes.memory == 0.0

@@ -145,8 +145,23 @@ def test_streaming_context_and_sentence_negatives(sc_folder: Path, tmp_path: Pat
     assert task.describe()["warmup_samples"] == 4000
     assert "warmup_samples" not in build_task(kws_config(sc_folder)).describe()  # no context: zero state
     # the context is background, not silence, most of the time
-    loud = [np.sqrt(np.mean(task._context(4000, np.random.default_rng(k)) ** 2)) > 1e-3 for k in range(40)]
+    loud = [np.sqrt(np.mean(task._context(4000, np.random.default_rng(k))[0] ** 2)) > 1e-3 for k in range(40)]
     assert 0.7 <= np.mean(loud) < 1.0
+    assert all(task._context(4000, np.random.default_rng(k))[1] == (0, 0) for k in range(40))  # no keyword in it
+    # context_keyword_prob: speech contexts hold a previous keyword, unsupervised while the head hears it
+    task.data.context_keyword_prob = 1.0
+    spans = [task._context(16000, np.random.default_rng(k))[1] for k in range(60)]
+    held = [s for s in spans if s != (0, 0)]
+    assert len(held) == len(spans)  # every context, whatever its background
+    assert all(0 <= a < b <= 16000 for a, b in held)
+    for k in range(60):
+        ex = task._example("train", 0, np.random.default_rng(k))
+        if ex["unsupervised"] != (0, 0):
+            a, b = ex["unsupervised"]
+            assert b - a >= task.window_samples and np.abs(ex["audio"][0, a : a + 400]).max() > 0
+            break
+    else:
+        raise AssertionError("no example had a keyword in its context")
 
 
 def test_sentence_babble_puts_keyword_free_speech_under_the_keywords(sc_folder: Path, tmp_path: Path) -> None:
@@ -825,3 +840,21 @@ def test_frame_supervised_training_learns_and_logs_its_terms(sc_folder: Path, tm
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
     bg = _losses(tmp_path / "run", "bg_loss")
     assert len(bg) == 30 and sum(bg[-5:]) < sum(bg[:5])  # the context frames learn to say "no keyword"
+
+
+def test_frame_targets_leave_a_previous_keyword_unsupervised() -> None:
+    """A keyword said in the context: no "no keyword" target while the head still hears it."""
+    from edgessm.train.tasks import frame_targets
+
+    labels = ["yes", "no", "_unknown_", "_silence_"]
+    batch = {
+        "audio": torch.zeros(2, 1, 1600),
+        "label": torch.tensor([0, 2]),
+        "context": torch.tensor([1000, 1000]),
+        "positive_from": torch.tensor([1400, 0]),
+        "unsupervised": torch.tensor([[200, 600], [200, 600]]),  # samples 200..600: the previous word + window
+    }
+    bg, pos = frame_targets(batch, labels, stride=200, n_frames=8)
+    assert bg[0].tolist() == [1, 0, 0, 1, 1, 0, 0, 0]
+    assert bg[1].tolist() == [1, 0, 0, 1, 1, 1, 1, 1]  # a negative example: "no keyword" again after the span
+    assert pos[0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1]  # frames that heard past sample 1400

@@ -64,10 +64,10 @@ def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
     layers, c_in, rate = cfg.make_front()  # rate: Hz at the current block
 
     def block(kind: str, h_in: int, h_out: int, states: int, first: bool) -> None:
-        layers.append(
-            CentaurusBlock(kind, h_in, h_out, states, cfg.n_sub, skip=not first, dropout=cfg.dropout,
-                           pre_conv=cfg.pre_conv if h_in > 1 else 0, **cfg.block_kwargs(kind, rate))
-        )  # fmt: skip
+        blk = CentaurusBlock(kind, h_in, h_out, states, cfg.n_sub, skip=not first, dropout=cfg.dropout,
+                             pre_conv=cfg.pre_conv if h_in > 1 else 0, **cfg.block_kwargs(kind, rate))  # fmt: skip
+        cfg.bound_memory(blk, rate)
+        layers.append(blk)
         module = make_module(cfg.module, h_out, kernel_size=cfg.module_kernel, mult=cfg.ffn_mult, dropout=cfg.dropout)
         if module is not None and h_out > 1:
             layers.append(module)

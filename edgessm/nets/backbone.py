@@ -12,7 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from torch.nn import Module
+
 from edgessm.ssm import AvgPool, CentaurusBlock, Streamable, StreamSequential
+from edgessm.ssm.discretize import DiagonalModes
 from edgessm.ssm.filterbank import FilterbankFront
 
 WAVEFORM_RATE = 16000.0  # Hz of every network's input; a block's rate is this divided by the resampling before it
@@ -44,10 +47,21 @@ class BlockOptions(ElasticOptions):
     """Config fields of a network's SSM blocks: the ES-SSM options, and ``full_init``, the initial modes of
     its full blocks: ``"s4d"`` (S4D-Lin, the paper's) or ``"auditory"`` (an ERB-spaced filterbank at the
     block's sample rate, :func:`~edgessm.ssm.discretize.auditory_modes`); ``front_norm``, whether blocks
-    at the waveform's rate normalise their output over channels at every sample."""
+    at the waveform's rate normalise their output over channels at every sample; ``memory_s``, a bound in
+    seconds on the memory of every block's modes (0: unbounded; :class:`~edgessm.ssm.discretize.DiagonalModes`
+    ``memory``), converted to steps at each block's own rate."""
 
     full_init: str = "s4d"
     front_norm: bool = True  # False: blocks at the waveform's own rate skip the per-sample LayerNorm over channels
+    memory_s: float = 0.0
+
+    def bound_memory(self, block: Module, rate: float) -> None:
+        """Give every diagonal mode set inside ``block`` (working at ``rate`` Hz) the ``memory_s`` bound."""
+        if self.memory_s < 0:
+            raise ValueError(f"memory_s must be 0 (unbounded) or positive seconds, got {self.memory_s}")
+        for m in block.modules():
+            if isinstance(m, DiagonalModes):
+                m.memory = max(1.0, self.memory_s * rate) if self.memory_s else 0.0
 
     def block_kwargs(self, kind: str, rate: float = WAVEFORM_RATE) -> dict[str, Any]:
         """Keyword arguments of a :class:`~edgessm.ssm.CentaurusBlock` of ``kind`` working at ``rate`` Hz:
@@ -104,10 +118,10 @@ def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Se
     options = options or BlockOptions()
     layers, c_in, rate = (front or FrontOptions()).make_front()
     for i in range(n):
-        layers.append(
-            CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0 or c_in > 1, dropout=dropout,
-                           pre_conv=pre_conv if c_in > 1 else 0, **options.block_kwargs(kinds[i], rate))
-        )  # fmt: skip
+        block = CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0 or c_in > 1, dropout=dropout,
+                               pre_conv=pre_conv if c_in > 1 else 0, **options.block_kwargs(kinds[i], rate))  # fmt: skip
+        options.bound_memory(block, rate)
+        layers.append(block)
         if pools[i] > 1:
             layers.append(AvgPool(pools[i]))
             rate /= pools[i]

@@ -63,9 +63,11 @@ class Hourglass(ElasticBudget, Streamable):
 
         def blk(kind: str, c: int, states: int, level: int, **kw) -> CentaurusBlock:
             pre = cfg.pre_conv if c > 1 else 0
-            return CentaurusBlock(
+            block = CentaurusBlock(
                 kind, c, c, states, cfg.n_sub, pre_conv=pre, **kw, **cfg.block_kwargs(kind, rates[level])
             )
+            cfg.bound_memory(block, rates[level])
+            return block
 
         self.enc = nn.ModuleList(blk(cfg.kinds[i], widths[i], cfg.states[i], i) for i in range(n))
         self.down = nn.ModuleList(DownConv(widths[i], widths[i + 1], cfg.pools[i]) for i in range(n))

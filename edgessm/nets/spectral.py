@@ -89,6 +89,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
                 kw.update(dt_min=cfg.dt_min, dt_max=cfg.dt_max)
             block = CentaurusBlock(kind, widths[i], widths[i + 1], cfg.states[i], cfg.n_sub, pre_conv=cfg.pre_conv,
                                    dropout=cfg.dropout, **kw)  # fmt: skip
+            cfg.bound_memory(block, rate)
             self.blocks.append(block)
         self.head = nn.Conv1d(widths[-1], cfg.bands + cfg.fine_bins, 1)
         with torch.no_grad():

@@ -208,6 +208,12 @@ class KwsData:
     # end, where the window holds the whole word. Frames while the word is being said are not supervised.
     frame_loss: float = 0.0
     frame_tolerance_s: float = 0.2
+    # A session is keyword after keyword: with this probability the context holds one more keyword
+    # (any of the task's words, a training clip), so the network learns to say the next word with a
+    # previous one still in its state (kws35 v4 never had that). The frames from that keyword's start
+    # until ``head window`` after its end are left unsupervised; the frame loss's "no keyword" holds
+    # before and after them.
+    context_keyword_prob: float = 0.0
 
 
 class KwsTask(Task):
@@ -273,13 +279,17 @@ class KwsTask(Task):
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
         self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble)
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
+        self.keyword_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] not in (UNKNOWN, SILENCE)]
+        net = self.build_model()  # the head's window in samples (frames x stride; 0: the whole example)
+        self.window_samples = max(0, net.cfg.window) * net.stride or self.data.clip_samples
         # the training pass in item order; recorded clips repeated (silence and hard negatives follow it)
         self.train_order = [i for i, (c, _) in enumerate(splits["train"])
                             for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
         self._prepared = True
 
-    def _context(self, n: int, r: np.random.Generator) -> np.ndarray:
-        """``n`` samples of keyword-free background: speech, music, noise or near-silence."""
+    def _context(self, n: int, r: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
+        """``n`` samples of background: speech, music, noise or near-silence; and the span ``(start, end)``
+        in samples of a keyword said in it (``(0, 0)``: none; see ``context_keyword_prob``)."""
         kind = r.choice(4, p=[0.45, 0.2, 0.25, 0.1])
         if kind == 0:  # sentences and non-keyword words, -35..-15 dBFS each, short pauses
             out, pos = np.zeros(n, np.float32), int(r.integers(0, SAMPLE_RATE // 2))
@@ -291,13 +301,22 @@ class KwsTask(Task):
                 x = x[: n - pos] * 10 ** (r.uniform(-35, -15) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)
                 out[pos : pos + len(x)] = x
                 pos += len(x) + int(r.uniform(0.05, 0.8) * SAMPLE_RATE)
-            return out
-        if kind == 1:
-            return music_like(n, r, level_dbfs=r.uniform(-40, -20))
-        if kind == 2 and self.noises is not None and len(self.noises):
+        elif kind == 1:
+            out = music_like(n, r, level_dbfs=r.uniform(-40, -20))
+        elif kind == 2 and self.noises is not None and len(self.noises):
             x = _random_crop(self.noises[int(r.integers(len(self.noises)))], n, r)
-            return (x * 10 ** (r.uniform(-50, -20) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)).astype(np.float32)
-        return r.normal(0, 10 ** (r.uniform(-80, -50) / 20), n).astype(np.float32)
+            out = (x * 10 ** (r.uniform(-50, -20) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)).astype(np.float32)
+        else:
+            out = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), n).astype(np.float32)
+        if not (self.keyword_train and r.random() < self.data.context_keyword_prob):
+            return out, (0, 0)
+        # a previous command, said over the background (or in a pause of the speech, which it replaces)
+        x = speech_span(self.store[self.keyword_train[int(r.integers(len(self.keyword_train)))]])[: n // 2]
+        start = int(r.integers(0, n - len(x) + 1))
+        if kind == 0:
+            out[max(0, start - SAMPLE_RATE // 10) : start + len(x) + SAMPLE_RATE // 10] = 0.0
+        out[start : start + len(x)] += x * 10 ** (r.uniform(-35, -15) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)
+        return out, (start, start + len(x))
 
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
         ex = self._clip_example(split, index, rng)
@@ -305,10 +324,13 @@ class KwsTask(Task):
             r = rng if rng is not None else item_rng(index)
             n = self.data.context_samples
             background = split == "train" and r.random() < self.data.context_prob
-            ctx = self._context(n, r) if background else np.zeros(n, np.float32)
+            ctx, span = self._context(n, r) if background else (np.zeros(n, np.float32), (0, 0))
             ex["audio"] = np.concatenate([ctx[None], ex["audio"]], axis=1)
             ex["positive_from"] += n
+            if span[1] > span[0]:  # a previous keyword: unsupervised while it is in the head's window
+                ex["unsupervised"] = (span[0], span[1] + self.window_samples)
         ex["context"] = self.data.context_samples
+        ex.setdefault("unsupervised", (0, 0))
         return ex
 
     def _clip_example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
@@ -396,7 +418,8 @@ def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_fr
 
     Frame ``f`` has heard samples ``[0, (f + 1) * stride)`` of the example. ``background`` marks the
     frames that must say "no keyword": those that have heard only the context (``batch["context"]``
-    samples), and every frame of a negative example.
+    samples), and every frame of a negative example, except the frames ending inside
+    ``batch["unsupervised"]`` ``(B, 2)`` (a previous keyword in the context, while the head still hears it).
     ``positive`` marks the frames of a keyword example from ``batch["positive_from"]`` on.
     """
     ends = (torch.arange(n_frames) + 1) * stride  # (F,) samples heard
@@ -404,6 +427,9 @@ def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_fr
     negative = torch.tensor([labels[int(i)] in (UNKNOWN, SILENCE) for i in label])
     in_context = ends[None, :] <= batch["context"].cpu()[:, None]  # (B, F)
     background = in_context | negative[:, None]
+    if "unsupervised" in batch:
+        span = batch["unsupervised"].cpu()
+        background &= ~((ends[None, :] > span[:, :1]) & (ends[None, :] <= span[:, 1:]))
     positive = (ends[None, :] > batch["positive_from"].cpu()[:, None]) & ~negative[:, None]
     positive[:, -1] |= ~negative  # the last frame always sees the whole clip
     device = batch["audio"].device
