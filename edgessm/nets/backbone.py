@@ -118,8 +118,9 @@ def centaurus_backbone(channels: Sequence[int], states: Sequence[int], kinds: Se
     options = options or BlockOptions()
     layers, c_in, rate = (front or FrontOptions()).make_front()
     for i in range(n):
-        block = CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0 or c_in > 1, dropout=dropout,
-                               pre_conv=pre_conv if c_in > 1 else 0, **options.block_kwargs(kinds[i], rate))  # fmt: skip
+        block = CentaurusBlock(kinds[i], c_in, channels[i], states[i], n_sub, skip=i > 0 or c_in > 1,
+                               dropout=dropout, pre_conv=pre_conv if c_in > 1 else 0,
+                               **options.block_kwargs(kinds[i], rate))  # fmt: skip
         options.bound_memory(block, rate)
         layers.append(block)
         if pools[i] > 1:

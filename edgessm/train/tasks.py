@@ -279,7 +279,8 @@ class KwsTask(Task):
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
         self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble)
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
-        self.keyword_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] not in (UNKNOWN, SILENCE)]
+        self.keyword_train = [i for i, (_, lab) in enumerate(splits["train"])
+                              if self.labels[lab] not in (UNKNOWN, SILENCE)]  # fmt: skip
         net = self.build_model()  # the head's window in samples (frames x stride; 0: the whole example)
         self.window_samples = max(0, net.cfg.window) * net.stride or self.data.clip_samples
         # the training pass in item order; recorded clips repeated (silence and hard negatives follow it)
