@@ -69,3 +69,61 @@ def test_keyword_subset_and_errors() -> None:
         KeywordDecider(LABELS, FRAME, DecisionConfig(keywords=("maybe",)))
     with pytest.raises(ValueError, match="expected logits"):
         d.process(np.zeros((3, 5)))
+
+
+def _posteriors(levels: dict[str, list[float]], frames: int) -> np.ndarray:
+    """Logits whose softmax gives each keyword the listed posterior per frame (the rest to _unknown_)."""
+    p = np.full((len(LABELS), frames), 1e-6)
+    for lab, seq in levels.items():
+        p[LABELS.index(lab)] = np.maximum(seq, 1e-6)
+    p[LABELS.index("_unknown_")] = np.clip(1 - p.sum(0) + p[LABELS.index("_unknown_")], 1e-6, None)
+    return np.log(p)
+
+
+def test_per_keyword_thresholds_fire_each_word_at_its_own_level() -> None:
+    """`class_thresholds`: "no" needs 0.9, "yes" only 0.5 (the rest: `threshold`)."""
+    seq = {"yes": [0.6] * 10 + [0.0] * 60 + [0.0] * 10, "no": [0.0] * 10 + [0.0] * 60 + [0.8] * 10}
+    cfg = DecisionConfig(threshold=0.7, smooth_frames=1, class_thresholds={"no": 0.9, "yes": 0.5})
+    assert [e.label for e in KeywordDecider(LABELS, FRAME, cfg).process(_posteriors(seq, 80))] == ["yes"]
+    loose = DecisionConfig(threshold=0.7, smooth_frames=1, class_thresholds={"no": 0.75})
+    assert [e.label for e in KeywordDecider(LABELS, FRAME, loose).process(_posteriors(seq, 80))] == ["no"]
+    # two words above their thresholds at once: the one furthest above its own wins
+    both = {"yes": [0.45] * 5, "no": [0.5] * 5}
+    cfg = DecisionConfig(threshold=0.7, smooth_frames=1, class_thresholds={"no": 0.49, "yes": 0.3})
+    assert [e.label for e in KeywordDecider(LABELS, FRAME, cfg).process(_posteriors(both, 5))] == ["yes"]
+    with pytest.raises(ValueError, match="maybe"):
+        KeywordDecider(LABELS, FRAME, DecisionConfig(class_thresholds={"maybe": 0.5}))
+
+
+def test_graph_decision_reads_the_shipped_thresholds_and_a_given_threshold_replaces_them() -> None:
+    from edgessm.runtime.kws import graph_decision
+
+    meta = {"threshold": "0.8", "class_thresholds": '{"yes": 0.6, "no": 0.95}'}
+    shipped = graph_decision(meta)
+    assert shipped.threshold == 0.8 and shipped.class_thresholds == {"yes": 0.6, "no": 0.95}
+    mine = graph_decision(meta, threshold=0.5, smooth_frames=3)
+    assert mine.threshold == 0.5 and mine.class_thresholds == {} and mine.smooth_frames == 3
+    assert graph_decision({}).threshold == 0.7 and graph_decision({}).class_thresholds == {}
+
+
+def test_calibration_helpers_match_the_live_decider() -> None:
+    """Smoothing and one-class crossings as the decider counts them; the allocation spends its budget on
+    the keyword that buys the most detections per false accept."""
+    from edgessm.eval.calibrate import allocate, crossings, smoothed_posteriors
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 2, (len(LABELS), 400))
+    post = smoothed_posteriors(logits, 4)
+    p = np.exp(logits - logits.max(0))
+    p /= p.sum(0)
+    assert np.allclose(post[:, 10], p[:, 7:11].mean(1)) and np.allclose(post[:, 1], p[:, :2].mean(1))
+    grid = [0.9, 0.6, 0.3]
+    for g, t in enumerate(grid):
+        live = KeywordDecider(LABELS, FRAME, DecisionConfig(t, 4, 0.2, ("yes",))).process(logits)
+        assert crossings(post[0], grid, refractory=round(0.2 / FRAME))[g] == len(live), t
+    # class 0: 10 more hits for 1 false accept; class 1: 2 more hits for 1; budget 1: class 0 moves
+    hits = np.array([[0, 0, 10], [0, 2, 2]])
+    fa = np.array([[0, 0, 1], [0, 1, 1]])
+    assert allocate(hits, fa, budget=1).tolist() == [2, 0]  # over a flat stretch to the better point
+    assert allocate(hits, fa, budget=2).tolist() == [2, 1]
+    assert allocate(hits, fa, budget=0).tolist() == [0, 0]

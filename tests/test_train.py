@@ -541,6 +541,21 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     # a run's checkpoint exports too (an unfinished run has no model.safetensors yet)
     assert main(["export", str(run), "--out", str(tmp_path / "ck"), "--checkpoint", "last", "--chunk", "32"]) == 0
     assert StepModel(tmp_path / "ck" / "ck.onnx").info.labels == model.info.labels
+    # per-keyword thresholds of a calibration report travel in the graph and become listen's decision
+    import json
+
+    from edgessm.runtime.kws import graph_decision
+
+    cal = tmp_path / "calibration.json"
+    cal.write_text(json.dumps({"chosen": {"yes": 0.55, "no": 0.95}}))
+    assert main(["export", str(run), "--out", str(tmp_path / "cal"), "--chunk", "32", "--threshold", "0.8",
+                 "--class-thresholds", str(cal)]) == 0  # fmt: skip
+    decision = graph_decision(StepModel(tmp_path / "cal" / "cal.onnx").info.extra)
+    assert decision.threshold == 0.8 and decision.class_thresholds == {"yes": 0.55, "no": 0.95}
+    for bad in ({"chosen": {"maybe": 0.5}}, {"chosen": {"yes": 1.5}}, {"other": 1}):
+        cal.write_text(json.dumps(bad))
+        with pytest.raises(SystemExit, match="class-thresholds"):
+            main(["export", str(run), "--out", str(tmp_path / "bad"), "--chunk", "32", "--class-thresholds", str(cal)])
 
 
 def test_cli_trains_a_clean_and_noise_folder_end_to_end(tmp_path: Path, capsys) -> None:

@@ -8,6 +8,7 @@ edgessm export runs/kws_es --out models/kws35-es --budget all  # elastic model: 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 
@@ -31,6 +32,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--int8", action="store_true", help="also write the int8 graph and report its quality change")
     ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold of the graph")
+    ap.add_argument("--class-thresholds", metavar="CALIBRATION_JSON",
+                    help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
+                         "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
     ap.add_argument(
         "--budget",
         metavar="K",
@@ -73,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
     chunk = args.chunk or stride
     name = args.name or Path(args.out).name or Path(args.model).name
     meta = {"threshold": str(args.threshold)} if args.threshold is not None else {}
+    if args.class_thresholds:
+        meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
     k_max = getattr(net, "k_max", None)
     budgets = None
     if args.budget is not None:
@@ -120,3 +126,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"int8 on {q['clips']} held-out noisy sentences: SI-SDR improvement {a:.2f} dB (fp32) -> {b:.2f} dB")
     print(f"model folder {args.out}: model.json, model.safetensors, graphs and manifest.json (sha256)")
     return 0
+
+
+def _class_thresholds(path: str, desc: dict) -> dict[str, float]:
+    """The chosen per-keyword thresholds of a calibration report, checked against the model's labels."""
+    try:
+        chosen = json.loads(Path(path).read_text())["chosen"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"edgessm export: --class-thresholds {path}: not a calibration report ({e})") from None
+    labels = desc.get("labels") or []
+    strange = sorted(set(chosen) - set(labels))
+    if strange or not all(isinstance(v, (int, float)) and 0 < v <= 1 for v in chosen.values()):
+        raise SystemExit(f"edgessm export: --class-thresholds {path} does not fit this model "
+                         f"(labels {strange} unknown, or thresholds outside (0, 1])")  # fmt: skip
+    return {k: float(v) for k, v in chosen.items()}

@@ -79,8 +79,15 @@ def _sentences(source: str, words: Iterable[str]) -> list:
             for c in read_manifest(synth_manifest("default"))
             if c.split == "validation" and c.label in ("", "_unknown_") and keyword_free(c.text, banned)
         ]
+    elif source == "validation":  # held out of training, not the test background: for calibrating decisions
+        from edgessm.data.corpora import shared_pseudolabeled_sentences
+        from edgessm.data.manifest import assign_split
+
+        real = [c for c in shared_read_speech() if not stream_background_speaker(c)] + shared_pseudolabeled_sentences()
+        clips = [c for c in real if assign_split(c) == "validation" and keyword_free(c.text, banned)]
+        clips += _sentences("synth-validation", words)
     else:
-        raise ValueError(f"unknown speech source {source!r} (real or synth-validation)")
+        raise ValueError(f"unknown speech source {source!r} (real, synth-validation or validation)")
     if not clips:
         raise ValueError(f"no keyword-free speech found for source {source!r}")
     return clips
@@ -90,8 +97,9 @@ def speech(seconds: float, rng: np.random.Generator, words: Iterable[str] = SC35
            source: str = "real") -> np.ndarray:  # fmt: skip
     """Keyword-free speech at -35..-20 dBFS per utterance, 0.2-1.5 s pauses between.
 
-    ``source``: ``real`` (read sentences, the test background) or ``synth-validation`` (the
-    synthetic validation voices, for choosing decision thresholds without touching test data).
+    ``source``: ``real`` (read sentences, the test background), ``synth-validation`` (the
+    synthetic validation voices, for choosing decision thresholds without touching test data) or
+    ``validation`` (those and the real sentences of speakers that training holds out).
     """
     clips = _sentences(source, words)
     n = int(seconds * SAMPLE_RATE)

@@ -54,7 +54,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="sweep thresholds on validation streams (synthetic validation voices, new music/noise) and "
         "print the lowest one within --max-fa false accepts per hour; uses no test data",
     )
-    ap.add_argument("--max-fa", type=float, default=0.5, help="false accepts per hour allowed by --choose-threshold")
+    ap.add_argument("--max-fa", type=float, default=0.5,
+                    help="false accepts per hour allowed by --choose-threshold and --calibrate")  # fmt: skip
+    ap.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="per-keyword thresholds within --max-fa false accepts per hour on validation streams (real validation "
+        "speakers, keyword-free validation audio; no test data): calibration.json for `edgessm export "
+        "--class-thresholds`, a DET plot and table (with --out)",
+    )
+    ap.add_argument("--calibration-hours", type=float, default=2.0, help="keyword-free audio for --calibrate")
     ap.add_argument("--peers", help="peers scored in the same run: denoisers rnnoise,dfn3 (default both; also oracle, "
                                     "oracle-wiener: the ideal mask at the spectral network's resolution); recognizers "
                                     "pocketsphinx (default); 'none' for none")  # fmt: skip
@@ -86,7 +95,7 @@ def _sets(spec: str | None, known: tuple[str, ...], check: bool = True) -> list[
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgessm.runtime.kws import DecisionConfig
+    from edgessm.runtime.kws import DecisionConfig, graph_decision
     from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
@@ -115,9 +124,16 @@ def run(args: argparse.Namespace) -> int:
     _sets(args.sets, KWS_SETS)
     if args.choose_threshold:
         return _choose_threshold(model, args, progress)
+    if args.calibrate:
+        return _calibrate(model, args, progress)
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
     report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
                     "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
+    shipped = graph_decision(model.info.extra, args.threshold, args.smooth, args.refractory)
+    calibrated = shipped if shipped.class_thresholds else None
+    if calibrated is not None:
+        report["decision"] = "calibrated"
+        report["class_thresholds"] = calibrated.class_thresholds
     if "budget" in model.info.extra:
         report["budget"] = int(model.info.extra["budget"])
     results = {}
@@ -139,10 +155,10 @@ def run(args: argparse.Namespace) -> int:
         cfg = DecisionConfig(threshold, args.smooth, args.refractory)
         streams = kws.keyword_streams(args.keywords_per_background, args.seed)
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
-        report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
+        report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress, calibrated)
         # a user's session: real speakers, short pauses, a quiet room (hit rate; no keyword-free audio)
         report["sessions"] = kws.stream_metrics(model, kws.session_streams(seed=args.seed), [], thresholds, cfg,
-                                                progress)  # fmt: skip
+                                                progress, calibrated)  # fmt: skip
     return _write_report(report, kws_markdown, kws_plots, args.out)
 
 
@@ -344,3 +360,42 @@ def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
         write_text(out / "threshold-validation.md", md)
         print(f"wrote {out / 'threshold-validation.json'} and {out / 'threshold-validation.md'}", file=sys.stderr)
     return 1 if chosen is None else 0
+
+
+FA_BUDGETS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+
+
+def _calibrate(model, args: argparse.Namespace, progress) -> int:
+    """Per-keyword thresholds on validation streams, checked with the live decider at every budget."""
+    from edgessm.runtime.kws import DecisionConfig
+
+    from . import calibrate, kws
+    from .report import calibration_markdown, calibration_plot
+
+    words = calibrate.validation_keywords(seed=args.seed)
+    streams = calibrate.validation_streams(words, seed=args.seed)
+    free = calibrate.validation_free(args.calibration_hours, seed=args.seed)
+    budgets = sorted({*FA_BUDGETS, args.max_fa})
+    logits = kws.stream_logits(model, streams + free, progress)
+    cal = calibrate.calibrate(model, streams, free, budgets, args.smooth, args.refractory, logits)
+    base = DecisionConfig(0.5, args.smooth, args.refractory)
+    thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), 0.97, 0.98, 0.99, 0.995})
+    single = kws.stream_metrics(model, streams, free, thresholds, base, logits=logits)
+    checked = []
+    for budget in budgets:
+        cfg = DecisionConfig(0.5, args.smooth, args.refractory, (), cal["budgets"][budget])
+        row = kws.stream_metrics(model, streams, free, [], base, calibrated=cfg, logits=logits)["sweep"][0]
+        checked.append({**row, "budget": budget, "threshold": "calibrated"})
+    report = {"validation_keywords": len(words), "keyword_free_hours": cal["keyword_free_hours"],
+              "max_fa_per_hour": args.max_fa, "chosen": cal["budgets"][args.max_fa], "calibrated": checked,
+              "single": single["sweep"], "allocation": cal}  # fmt: skip
+    md = calibration_markdown(report)
+    print(md, end="")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text(out / "calibration.json", json.dumps(report, indent=1))
+        write_text(out / "calibration.md", md)
+        calibration_plot(report, out / "det-validation.png")
+        print(f"wrote {out / 'calibration.json'}, calibration.md and det-validation.png", file=sys.stderr)
+    return 0

@@ -238,16 +238,29 @@ def detect(logits: np.ndarray, labels: list[str], frame_s: float, config: Decisi
     return [(d.label, d.time_s) for d in decider.process(logits)]
 
 
+def stream_logits(model: StepModel, streams: Sequence[StreamSet], progress: Progress = _no_progress) -> dict:
+    """Frame logits of each stream, by ``id(stream)``."""
+    return {id(s): graph_logits(model, s.audio) for s in progress(streams, "streams")}
+
+
 def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[StreamSet],
                    thresholds: Sequence[float], config: DecisionConfig,
-                   progress: Progress = _no_progress) -> dict:  # fmt: skip
-    """Detection rate, time error and false accepts per hour, per background and overall, per threshold."""
+                   progress: Progress = _no_progress, calibrated: DecisionConfig | None = None,
+                   logits: dict[int, np.ndarray] | None = None) -> dict:  # fmt: skip
+    """Detection rate, time error and false accepts per hour, per background and overall, per threshold
+    (one global threshold each), and with ``calibrated`` per-keyword thresholds (row ``"calibrated"``).
+    ``logits``: the streams' frame logits by ``id(stream)`` when already computed (:func:`stream_logits`)."""
     info = model.info
     frame_s = info.stride / info.sample_rate
-    logits = {id(s): graph_logits(model, s.audio) for s in progress(streams + fa_streams, "streams")}
+    if logits is None:
+        logits = stream_logits(model, streams + fa_streams, progress)
+    decisions: list[tuple[float | str, DecisionConfig]] = [
+        (th, DecisionConfig(th, config.smooth_frames, config.refractory_s, config.keywords)) for th in thresholds
+    ]
+    if calibrated is not None:
+        decisions.append(("calibrated", calibrated))
     rows = []
-    for th in thresholds:
-        cfg = DecisionConfig(th, config.smooth_frames, config.refractory_s, config.keywords)
+    for th, cfg in decisions:
         row: dict = {"threshold": th, "by_background": {}}
         total_hits = total_kw = 0
         errors: list[float] = []

@@ -25,6 +25,14 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+def _threshold(row: dict, headline) -> str:
+    """A sweep row's decision (a threshold, or ``calibrated`` per-keyword thresholds), bold if it is the headline."""
+    th = row["threshold"]
+    text = th if isinstance(th, str) else f"{th:.2f}"
+    same = th == headline if isinstance(th, str) or isinstance(headline, str) else abs(th - headline) < 1e-9
+    return f"**{text}**" if headline is not None and same else text
+
+
 def kws_markdown(report: dict) -> str:
     lines: list[str] = []
     clips = report.get("clips", {})
@@ -50,7 +58,7 @@ def kws_markdown(report: dict) -> str:
         lines.append("")
     streams = report.get("streams")
     if streams:
-        th = report.get("threshold")
+        th = report.get("decision", report.get("threshold"))
         hours = streams["sweep"][0]["keyword_free_hours"]
         lines += [
             f"Streaming (smoothing {streams['smooth_frames']} frames, refractory {streams['refractory_s']} s; "
@@ -65,9 +73,8 @@ def kws_markdown(report: dict) -> str:
             by = row["by_background"]
             err = row["time_error_median_s"]
             fa = row["false_accepts_by_background"]
-            mark = "**" if th is not None and abs(row["threshold"] - th) < 1e-9 else ""
             lines.append(
-                f"| {mark}{row['threshold']:.2f}{mark} | {_pct(row['detection_rate'])} | "
+                f"| {_threshold(row, th)} | {_pct(row['detection_rate'])} | "
                 + " | ".join(_pct(by[k]["detection_rate"]) if k in by else "-" for k in ("speech", "music", "noise"))
                 + f" | {'-' if err is None else f'{1000 * err:+.0f} ms'} | {row['false_accepts_per_hour']:.1f} | "
                 + "/".join(str(fa.get(k, 0)) for k in ("speech", "music", "noise"))
@@ -76,7 +83,7 @@ def kws_markdown(report: dict) -> str:
         lines.append("")
     sessions = report.get("sessions")
     if sessions:
-        th = report.get("threshold")
+        th = report.get("decision", report.get("threshold"))
         lines += [
             "User sessions (held-out real speakers, 1.5-2.5 s pauses, a quiet room; a hit is the right word "
             "from its start to 1 s after its end):",
@@ -86,8 +93,7 @@ def kws_markdown(report: dict) -> str:
         ]
         for row in sessions["sweep"]:
             by = row["by_background"]
-            mark = "**" if th is not None and abs(row["threshold"] - th) < 1e-9 else ""
-            lines.append(f"| {mark}{row['threshold']:.2f}{mark} | "
+            lines.append(f"| {_threshold(row, th)} | "
                          + " | ".join(_pct(by[k]["detection_rate"]) if k in by else "-"
                                       for k in ("session-commands", "session-35")) + " |")  # fmt: skip
         lines.append("")
@@ -128,13 +134,20 @@ def kws_plots(report: dict, out: Path) -> list[Path]:
         plt.close(fig)
     streams = report.get("streams")
     if streams:
-        rows = streams["sweep"]
+        rows = [r for r in streams["sweep"] if not isinstance(r["threshold"], str)]
         fig, ax = plt.subplots(figsize=(5.5, 4))
-        ax.plot([r["false_accepts_per_hour"] for r in rows], [100 * r["detection_rate"] for r in rows], "o-")
+        ax.plot([r["false_accepts_per_hour"] for r in rows], [100 * r["detection_rate"] for r in rows], "o-",
+                label="one threshold for every keyword")  # fmt: skip
         for r in rows:
             ax.annotate(f"{r['threshold']:.2f}", (r["false_accepts_per_hour"], 100 * r["detection_rate"]),
                         textcoords="offset points", xytext=(4, -10), fontsize=7)  # fmt: skip
+        for r in streams["sweep"]:
+            if r["threshold"] == "calibrated":
+                ax.plot([r["false_accepts_per_hour"]], [100 * r["detection_rate"]], "r*", markersize=12,
+                        label="shipped per-keyword thresholds")  # fmt: skip
+                ax.legend(fontsize=8, loc="lower right")
         ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(left=0)
         ax.set_xlabel("false accepts per hour (keyword-free audio)")
         ax.set_ylabel("keywords detected (%)")
         ax.grid(alpha=0.3)
@@ -144,6 +157,60 @@ def kws_plots(report: dict, out: Path) -> list[Path]:
         fig.savefig(written[-1], dpi=110)
         plt.close(fig)
     return written
+
+
+def calibration_markdown(report: dict) -> str:
+    """Validation DET table of ``edgessm eval --calibrate``: per-keyword thresholds at each false-accept
+    budget beside single global thresholds, and the chosen thresholds."""
+    kinds = ("validation-session", "validation-speech", "validation-music", "validation-noise")
+    lines = [
+        f"Validation streams: {report['validation_keywords']} keywords (real validation speakers; synthetic "
+        f"validation voices for words without enough of them), false accepts on {report['keyword_free_hours']:.1f} h "
+        "of keyword-free validation audio. No test data.",
+        "",
+        "| decision | detected | session | speech | music | noise | FA / hour |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows = [(f"per-keyword, budget {r['budget']:g} FA/h", r) for r in report["calibrated"]]
+    rows += [(f"one threshold {r['threshold']:.3g}", r) for r in report["single"]]
+    for name, r in rows:
+        by = r["by_background"]
+        lines.append(f"| {name} | {_pct(r['detection_rate'])} | "
+                     + " | ".join(_pct(by[k]["detection_rate"]) if k in by else "-" for k in kinds)
+                     + f" | {r['false_accepts_per_hour']:.1f} |")  # fmt: skip
+    chosen = report["chosen"]
+    lines += ["", f"Chosen per-keyword thresholds (budget {report['max_fa_per_hour']:g} FA/h):", "",
+              "| " + " | ".join(chosen) + " |", "|" + "---:|" * len(chosen),
+              "| " + " | ".join(f"{v:.3g}" for v in chosen.values()) + " |", ""]  # fmt: skip
+    return "\n".join(lines)
+
+
+def calibration_plot(report: dict, path: Path) -> Path | None:
+    """The validation DET curve: per-keyword thresholds vs one global threshold."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for rows, style, label in ((report["single"], "o-", "one threshold for every keyword"),
+                               (report["calibrated"], "s-", "per-keyword thresholds (calibrated)")):  # fmt: skip
+        ax.plot([r["false_accepts_per_hour"] for r in rows], [100 * r["detection_rate"] for r in rows], style,
+                label=label, markersize=4)  # fmt: skip
+    ax.axvline(report["max_fa_per_hour"], color="gray", lw=0.8, ls="--")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("false accepts per hour (keyword-free validation audio)")
+    ax.set_ylabel("validation keywords detected (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title("Validation DET: detection vs false accepts")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 # --- denoising --------------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Keyword decisions on a stream of frame logits (torch-free).
 
 Per frame: softmax posteriors, a moving average over ``smooth_frames`` frames, then a keyword
-fires when its smoothed posterior crosses ``threshold`` and no keyword fired within the last
+fires when its smoothed posterior crosses its threshold (``class_thresholds`` per keyword,
+calibrated on validation streams by :mod:`edgessm.eval.calibrate`, else ``threshold``; when two
+cross at once, the one furthest above its own wins) and no keyword fired within the last
 ``refractory_s`` seconds. After a detection the decider re-arms only once every keyword's smoothed
 posterior has fallen back below the threshold: a word stays in the head's one-second window, so
 its posterior can stay high for longer than the refractory period, and one word would fire twice.
@@ -12,8 +14,9 @@ model's head averages about a second of features, so this is shortly after the w
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +36,17 @@ class DecisionConfig:
     smooth_frames: int = 4
     refractory_s: float = 1.0
     keywords: tuple[str, ...] = ()  # empty: every non-background label
+    class_thresholds: dict[str, float] = field(default_factory=dict)  # per keyword; the others: threshold
+
+
+def graph_decision(meta: dict[str, str], threshold: float | None = None, smooth_frames: int = 4,
+                   refractory_s: float = 1.0, keywords: tuple[str, ...] = ()) -> DecisionConfig:  # fmt: skip
+    """The decision a graph ships with (its metadata ``threshold`` and calibrated ``class_thresholds``), or
+    one global ``threshold`` when the caller gives one (which then replaces the per-keyword ones)."""
+    if threshold is not None:
+        return DecisionConfig(threshold, smooth_frames, refractory_s, keywords)
+    per_class = json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {}
+    return DecisionConfig(float(meta.get("threshold", 0.7)), smooth_frames, refractory_s, keywords, per_class)
 
 
 class KeywordDecider:
@@ -53,6 +67,11 @@ class KeywordDecider:
         if unknown:
             raise ValueError(f"keywords {sorted(unknown)} are not labels of this model")
         self.active = np.array([lab in wanted and lab not in BACKGROUND for lab in self.labels])
+        strange = set(self.config.class_thresholds) - set(self.labels)
+        if strange:
+            raise ValueError(f"class thresholds for {sorted(strange)}, which are not labels of this model")
+        per_class = self.config.class_thresholds
+        self.thresholds = np.array([per_class.get(lab, self.config.threshold) for lab in self.labels])
         self.reset()
 
     def reset(self) -> None:
@@ -74,8 +93,8 @@ class KeywordDecider:
             self._frames += 1
             smooth = np.mean(self._window, axis=0)
             t = self._frames * self.frame_s
-            best = int(np.argmax(np.where(self.active, smooth, -1.0)))
-            if smooth[best] < self.config.threshold:
+            best = int(np.argmax(np.where(self.active, smooth / self.thresholds, -1.0)))
+            if smooth[best] < self.thresholds[best]:
                 self._armed = True  # the last detection's word has left the window
             elif self._armed and t - self._last_fire >= self.config.refractory_s:
                 events.append(Detection(self.labels[best], t, float(smooth[best])))

@@ -91,7 +91,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "(5 s for its first audio, if longer; default 2; 0: only when its device goes away)",
     )
     ap.add_argument(
-        "--threshold", type=float, help="smoothed posterior needed to fire, 0..1 (default: the model's, else 0.7)"
+        "--threshold",
+        type=float,
+        help="smoothed posterior needed to fire, 0..1, for every keyword (default: the "
+        "model's own per-keyword thresholds, calibrated to its false-accept rate; else 0.7)",
     )
     ap.add_argument("--smooth", type=int, default=4, help="frames of posterior smoothing")
     ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
@@ -349,7 +352,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _listener(args: argparse.Namespace) -> Listener:
     """The model named by ``--model`` (a keyword spotter) with its decider, as a :class:`Listener`."""
-    from .kws import DecisionConfig, KeywordDecider
+    from .kws import KeywordDecider, graph_decision
     from .registry import check_budget, resolve_graph
     from .session import StepModel
 
@@ -362,8 +365,7 @@ def _listener(args: argparse.Namespace) -> Listener:
     if info.task != "kws" or not info.labels:
         raise _fail(f"{args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
-    threshold = args.threshold if args.threshold is not None else float(info.extra.get("threshold", 0.7))
-    cfg = DecisionConfig(threshold, args.smooth, args.refractory, keywords)
+    cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords)
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:
