@@ -219,3 +219,32 @@ def test_sc_validation_set_holds_only_speakers_no_recipe_trains_on() -> None:
     assert len(pairs) > 1000 and not speakers & trained
     assert not speakers & {c.speaker for c in shared_sc_test()}  # and none of the test half's
     assert all(word == c.text and word for c, word in pairs)
+
+
+def test_calibrate_writes_per_keyword_thresholds_a_det_table_and_plot(monkeypatch, tmp_path) -> None:
+    """--calibrate: per-keyword thresholds within the budget on validation streams (checked with the live
+    decider), the single-threshold sweep beside them, calibration.json for export, and the DET plot."""
+    import json
+
+    from edgessm.eval import calibrate
+    from edgessm.eval.cli import _calibrate
+
+    sr = 16000
+    audio, places = _three_loud_yeses(sr)
+    free = np.zeros(sr * 36, np.float32)
+    free[sr * 10 : sr * 10 + 3 * 64] = 0.3  # 3 loud frames: 'yes' reaches 3/4 once in keyword-free audio
+    monkeypatch.setattr(calibrate, "validation_keywords", lambda seed: [("yes", np.zeros(8))] * 3)
+    session = kws.StreamSet("validation-session", audio, places)
+    monkeypatch.setattr(calibrate, "validation_streams", lambda words, seed: [session])
+    monkeypatch.setattr(calibrate, "validation_free", lambda hours, seed: [kws.StreamSet("noise", free, [])])
+    args = SimpleNamespace(thresholds="0.5,0.9", seed=0, smooth=4, refractory=1.0, max_fa=1.0, calibration_hours=0.01,
+                           out=str(tmp_path / "cal"))  # fmt: skip
+    assert _calibrate(EnergyModel(), args, lambda it, _: it) == 0
+    report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert 0.75 < report["chosen"]["yes"] <= 1.0  # above the 3/4 the keyword-free audio reaches: no false accept
+    row = next(r for r in report["calibrated"] if r["budget"] == 1.0)
+    assert row["detection_rate"] == 1.0 and row["false_accepts"] == 0
+    loose = next(r for r in report["calibrated"] if r["budget"] == 64.0)  # 1 FA in 36 s = 100/h: over budget
+    assert loose["false_accepts"] == 0
+    assert "per-keyword, budget 1 FA/h" in (tmp_path / "cal" / "calibration.md").read_text()
+    assert (tmp_path / "cal" / "det-validation.png").stat().st_size > 1000

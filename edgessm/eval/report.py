@@ -29,8 +29,10 @@ def _threshold(row: dict, headline) -> str:
     """A sweep row's decision (a threshold, or ``calibrated`` per-keyword thresholds), bold if it is the headline."""
     th = row["threshold"]
     text = th if isinstance(th, str) else f"{th:.2f}"
+    if headline is None:
+        return text
     same = th == headline if isinstance(th, str) or isinstance(headline, str) else abs(th - headline) < 1e-9
-    return f"**{text}**" if headline is not None and same else text
+    return f"**{text}**" if same else text
 
 
 def kws_markdown(report: dict) -> str:

@@ -49,6 +49,7 @@ def describe(folder: Path) -> dict:
         "latency_ms": 1000 * int(meta.get("latency_samples", chunk)) / rate if chunk else None,
         "labels": json.loads(meta["labels"]) if "labels" in meta else [],
         "threshold": float(meta["threshold"]) if "threshold" in meta else None,
+        "class_thresholds": json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {},
         "graphs": graphs,
         "budgets": manifest.get("budgets", {}),
         "card": str(folder / "README.md") if (folder / "README.md").is_file() else None,
@@ -132,7 +133,11 @@ def _detail(f: dict) -> None:
     if f["labels"]:
         shown = ", ".join(f["labels"][:40]) + (" ..." if len(f["labels"]) > 40 else "")
         print(f"  labels         {len(f['labels'])}: {shown}")
-    if f["threshold"] is not None:
+    if f["class_thresholds"]:
+        values = sorted(f["class_thresholds"].values())
+        span = f"{values[0]:g}-{values[-1]:g}"
+        print(f"  thresholds     per keyword, {span} (calibrated; listen --threshold X overrides)")
+    elif f["threshold"] is not None:
         print(f"  threshold      {f['threshold']}")
     print(f"  graphs         {', '.join(f['graphs'])}")
     if f["budgets"]:
