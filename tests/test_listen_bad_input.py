@@ -23,7 +23,7 @@ from fixtures import DEMOS, make_bad, noise, wav_bytes
 from edgessm.cli import main
 
 DEMO = DEMOS / "keywords.wav"
-DEMO_WORDS = ["yes", "stop", "right"]  # demos/README.md: what kws35 (v4) says at its default threshold
+DEMO_WORDS = ["yes", "stop", "no", "up", "off"]  # demos/README.md: what kws35 (v5) says by default
 FAST = ["listen", "--model", "kws35", "--fast", "--json"]
 
 
