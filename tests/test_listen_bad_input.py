@@ -57,15 +57,13 @@ def whole_file_detections(path: Path) -> list[dict]:
     """What listen detected before it streamed files: the whole recording read at once (mono), then fed
     to kws35's stream 100 ms at a time, with the decisions at the model's defaults."""
     from edgessm.data.audio import load_audio
-    from edgessm.runtime.kws import DecisionConfig, KeywordDecider
+    from edgessm.runtime.kws import KeywordDecider, graph_decision
     from edgessm.runtime.registry import resolve_graph
     from edgessm.runtime.session import StepModel
 
     model = StepModel(resolve_graph("kws35"))
     info = model.info
-    decider = KeywordDecider(
-        info.labels, info.stride / info.sample_rate, DecisionConfig(float(info.extra["threshold"]))
-    )
+    decider = KeywordDecider(info.labels, info.stride / info.sample_rate, graph_decision(info.extra))
     audio, rate = load_audio(path, sr=None)
     stream, found = model.create_stream(), []
     for pos in range(0, len(audio), rate // 10):
