@@ -93,7 +93,7 @@ class KeywordDecider:
             self._frames += 1
             smooth = np.mean(self._window, axis=0)
             t = self._frames * self.frame_s
-            best = int(np.argmax(np.where(self.active, smooth / self.thresholds, -1.0)))
+            best = int(np.argmax(np.where(self.active, smooth - self.thresholds, -np.inf)))
             if smooth[best] < self.thresholds[best]:
                 self._armed = True  # the last detection's word has left the window
             elif self._armed and t - self._last_fire >= self.config.refractory_s:
