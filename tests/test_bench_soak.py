@@ -53,7 +53,9 @@ def test_a_short_soak_reports_every_command(tmp_path, capsys) -> None:
     # is not noise-sized (the denoiser's state remembers tens of seconds; see the 10-minute soak)
     assert 0 <= same["max_abs_diff"] <= same["max_abs_diff_whole_segment"] < 0.05
     listen = report["commands"]["listen"]["segment"]
-    assert [k for k, _ in listen["copies"][0]] == [k for k, _ in listen["copies"][1]] == ["yes"] and listen["same"]
+    heard = [k for k, _ in listen["copies"][0]]  # the model may be retrained: the same words in both copies
+    assert heard == [k for k, _ in listen["copies"][1]] and "yes" in heard and listen["same"]
+    assert set(heard) <= {"yes", "left", "stop", "no", "up", "right", "go", "off"}  # demos/keywords.txt
     words = report["commands"]["transcribe"]["segment"]
     assert all(isinstance(c, str) for c in words["copies"]) and isinstance(words["same"], bool)
 
