@@ -25,13 +25,12 @@ stay within ``budget``. The result is then checked with the real :class:`Keyword
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from edgessm.data.audio import SAMPLE_RATE, load_audio
 from edgessm.data.augment import set_level
-from edgessm.data.corpora import synth_manifest
+from edgessm.data.corpora import CorpusError, synth_manifest
 from edgessm.data.labels import SILENCE, UNKNOWN
 from edgessm.data.manifest import read_manifest
 from edgessm.runtime.kws import BACKGROUND
@@ -111,7 +110,7 @@ def validation_keywords(min_real: int = 30, per_word: int = 60, seed: int = 0) -
     for corpus in ("default", "kokoro-words", "kokoro-kws"):
         try:
             clips = read_manifest(synth_manifest(corpus))
-        except Exception:  # a corpus that was not built
+        except CorpusError:  # a corpus that was not built
             continue
         for c in clips:
             if c.split == "validation" and c.label and c.label not in (UNKNOWN, SILENCE):
@@ -197,8 +196,3 @@ def calibrate(model: StepModel, streams: list[StreamSet], free: list[StreamSet],
     out["hits"] = {labels[c]: hits[c].tolist() for c in sub}
     out["fa"] = {labels[c]: fa[c].tolist() for c in sub}
     return out
-
-
-def with_thresholds(cfg, thresholds: dict[str, float]):
-    """``cfg`` (a :class:`DecisionConfig`) with per-keyword thresholds."""
-    return replace(cfg, class_thresholds=dict(thresholds))
