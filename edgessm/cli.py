@@ -23,6 +23,7 @@ COMMANDS = {
         "edgessm.data.label",
         "transcribe untranscribed recordings with the offline teacher (word times, confidence)",
     ),
+    "pack": ("edgessm.train.pack", "a recipe's training data compressed into one folder, to train on another machine"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),
     "eval": ("edgessm.eval.cli", "measure a model on held-out clips and long test streams (no torch)"),

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from . import pack
 from .audio import SAMPLE_RATE, load_audio
 
 
@@ -44,8 +45,10 @@ class AudioStore:
                 self.offsets, self.data = z["offsets"], z["data"]
             return
 
+        pack.prefetch(paths)  # clips of a data pack: its shards decoded once, in parallel
+
         def load(p: str) -> np.ndarray:
-            x, _ = load_audio(p, SAMPLE_RATE)
+            x = pack.read_ref(p) if pack.is_ref(p) else load_audio(p, SAMPLE_RATE)[0]
             if max_samples:
                 x = loudest_window(x, max_samples)
             return np.round(np.clip(x, -1, 1) * 32767).astype(np.int16)
@@ -83,7 +86,7 @@ def _cache_path(paths: Sequence[str], max_samples: int):
 
     h = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}".encode())
     for p in paths:
-        st = os.stat(p)
+        st = os.stat(pack.file_of(p))  # a pack reference: its shard file
         h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
     return cache_dir() / "stores" / f"{h.hexdigest()[:24]}.npz"
 

@@ -4,6 +4,7 @@ edgessm train kws --out runs/kws                       # the shipped kws recipe,
 edgessm train kws --out runs/kws --resume              # continue after an interruption
 edgessm train kws --out runs/kws-ft --init runs/kws    # fine-tune from trained weights
 edgessm train my.toml --out runs/x --set train.steps=2000 --set optim.lr=3e-3
+edgessm train kws_v5 --out runs/k --pack kws-pack       # from a data pack (`edgessm pack`), e.g. on a GPU box
 torchrun --nproc_per_node 4 -m edgessm train kws --out runs/kws --device cuda   # 4 GPUs (DDP)
 """
 
@@ -25,6 +26,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="override a config value, e.g. --set train.steps=500 (repeatable)")  # fmt: skip
     ap.add_argument("--steps", type=int, help="shortcut for --set train.steps=N")
     ap.add_argument("--batch-size", type=int, help="shortcut for --set train.batch_size=N (global batch)")
+    ap.add_argument("--pack", metavar="DIR",
+                    help="train on a data pack (edgessm pack), not the recipe's sources, noises and RIRs")  # fmt: skip
     ap.add_argument("--stop-after", type=int, metavar="STEP", help="checkpoint and stop at this step (resume later)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar (logs still go to log.csv)")
 
@@ -40,6 +43,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"train.batch_size={args.batch_size}")
     try:
         cfg = load_config(args.config_file or args.config, overrides)
+        if args.pack:
+            cfg = load_config(args.config_file or args.config, overrides + pack_overrides(cfg, args.pack))
         trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress,
                           init=args.init)  # fmt: skip
     except (FileNotFoundError, ValueError, RunExistsError, RuntimeError) as e:
@@ -48,7 +53,24 @@ def run(args: argparse.Namespace) -> int:
         metrics = trainer.fit(stop_after=args.stop_after)
     except (FileNotFoundError, ValueError) as e:  # data problems surface when the datasets are built
         raise SystemExit(f"edgessm train: {e}") from None
-    if trainer.rank == 0 and trainer.step >= cfg.train.steps:  # (an interrupted run has said where it stopped)
+    if trainer.rank == 0 and trainer.step >= trainer.total_steps:  # (an interrupted run has said where it stopped)
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items())
-        print(f"done: step {trainer.step} of {cfg.train.steps}; {shown or 'no validation set'}; run in {args.out}")
+        print(f"done: step {trainer.step} of {trainer.total_steps}; {shown or 'no validation set'}; run in {args.out}")
     return 0
+
+
+def pack_overrides(cfg, folder: str) -> list[str]:
+    """Overrides that point a recipe's data sources, noises and measured RIRs at a data pack."""
+    from pathlib import Path
+
+    from edgessm.data.pack import read_pack
+
+    root = Path(folder).expanduser().resolve()
+    read_pack(root)  # a clear error now if it is not a pack
+    out = [f"data.sources={[f'pack:{root}']!r}"]
+    if cfg.data.get("noise"):
+        out.append(f"data.noise={[f'pack:{root}']!r}")
+    rirs = cfg.augment.get("rirs")
+    if isinstance(rirs, dict) and (rirs.get("measured") or rirs.get("simulated")):  # all of them are in the pack
+        out += [f"augment.rirs.measured={str(root / 'rirs')!r}", "augment.rirs.simulated=0"]
+    return out

@@ -48,6 +48,7 @@ class RunConfig:
     compile: bool = False
     workers: int = 2
     eval_batches: int = 0  # 0: the whole validation set
+    time_limit_min: float = 0.0  # fit the run into this wall time: steps (and schedule) shrink to the measured rate
 
 
 @dataclass

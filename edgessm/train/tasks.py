@@ -12,13 +12,14 @@ better). Data sources are strings:
 * ``librispeech:DIR`` -- a LibriSpeech-style transcribed folder;
 * ``folder:DIR`` -- any folder tree of audio (clean speech for denoising);
 * ``manifest:CSV`` -- a manifest (e.g. a synthetic corpus, ``edgessm synth``);
+* ``pack:DIR`` -- a data pack (``edgessm pack``: a recipe's clips, compressed to travel) and its noises;
 * ``noise:DIR`` / ``shared:noise`` -- noise recordings.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from edgessm.data import corpora
+from edgessm.data import corpora, pack
 from edgessm.data.audio import SAMPLE_RATE, dynamic_range_db, speech_bounds, speech_span
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
@@ -74,6 +75,8 @@ def load_sources(specs: list[str], words: str = "sc35") -> list[Clip]:
             clips += read_manifest(Path(arg).expanduser())
         elif kind == "synth":
             clips += read_manifest(corpora.synth_manifest(arg))
+        elif kind == "pack":
+            clips += pack.read_pack(arg)
         else:
             raise ValueError(f"unknown data source {spec!r}")
     if any(c.source == "sc_test" for c in clips):
@@ -89,8 +92,10 @@ def noise_paths(specs: list[str]) -> list[str]:
             paths += [str(p) for p in corpora.shared_noises()]
         elif kind == "noise":
             paths += [str(p) for p in corpora.audio_files(arg)]
+        elif kind == "pack":
+            paths += [str(p) for p in corpora.audio_files(Path(arg).expanduser() / "noise")]
         else:
-            raise ValueError(f"unknown noise source {spec!r} (use shared:noise or noise:DIR)")
+            raise ValueError(f"unknown noise source {spec!r} (use shared:noise, noise:DIR or pack:DIR)")
     return paths
 
 
@@ -239,24 +244,19 @@ class KwsTask(Task):
         # start every stream after this much silence (graph metadata ``warmup_samples``), as validation does
         return {**desc, "warmup_samples": self.data.context_samples} if self.data.context_samples else desc
 
-    def _prepare(self) -> None:
-        if self._prepared:
-            return
-        for key in ("real_repeats", "real_sentence_repeats"):
-            if getattr(self.data, key) < 1:
-                raise ValueError(f"data.{key} must be at least 1, got {getattr(self.data, key)}")
+    def select_clips(self) -> tuple[dict[str, list[tuple[Clip, int]]], list[Clip]]:
+        """What this recipe trains on: the labelled clips of each split with their label index, and the
+        keyword-free training sentences (context, negatives, babble); read from the data sources."""
         index = {lab: i for i, lab in enumerate(self.labels)}
         splits: dict[str, list[tuple[Clip, int]]] = {"train": [], "validation": []}
         banned = sounds_like_keywords(task_labels(self.data.words))
-        sentences = []
+        sentences: list[Clip] = []
         for clip in load_sources(list(self.data.sources), self.data.words):
             if not clip.label:  # unlabelled speech (e.g. ASR sentences) is not a keyword example
                 if stream_background_speaker(clip):  # the streaming evaluation's speech background
                     continue
                 if clip.text and keyword_free(clip.text, banned) and assign_split(clip) == "train":
-                    # but keyword-free sentences make context and negatives
-                    repeats = 1 if clip.source.startswith("synth") else self.data.real_sentence_repeats
-                    sentences += [clip.path] * repeats
+                    sentences.append(clip)  # but keyword-free sentences make context and negatives
                 continue
             label = clip.label if clip.label in index else (UNKNOWN if UNKNOWN in index else None)
             if label is None or label == SILENCE:
@@ -264,6 +264,24 @@ class KwsTask(Task):
             split = assign_split(clip, self.data.validation_pct)
             if split in splits:
                 splits[split].append((clip, index[label]))
+        return splits, sentences
+
+    def packed_clips(self) -> list[Clip]:
+        """The clips a data pack of this recipe holds (:mod:`edgessm.data.pack`), split fixed."""
+        splits, sentences = self.select_clips()
+        return [replace(c, split=split) for split, items in splits.items() for c, _ in items] + [
+            replace(c, split="train") for c in sentences
+        ]
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        for key in ("real_repeats", "real_sentence_repeats"):
+            if getattr(self.data, key) < 1:
+                raise ValueError(f"data.{key} must be at least 1, got {getattr(self.data, key)}")
+        splits, clips = self.select_clips()
+        repeats = {True: 1, False: self.data.real_sentence_repeats}
+        sentences = [c.path for c in clips for _ in range(repeats[c.source.startswith("synth")])]
         if not splits["train"]:
             raise CorpusError("no training clips with a label of this task were found in the data sources")
         self.items = splits

@@ -84,6 +84,29 @@ def param_groups(model: nn.Module, cfg) -> list[dict[str, Any]]:
     return [g for g in groups if g["params"]]
 
 
+class _TimeLimit:
+    """``train.time_limit_min``: after a few steps (data-loader start-up excluded), the number of steps
+    that fit in the time left at the measured rate, with 5% kept for validation and the final save."""
+
+    def __init__(self, minutes: float, start_step: int, skip: int = 10, probe: int = 30) -> None:
+        self.seconds, self.start = minutes * 60.0, time.perf_counter()
+        self.first, self.last = start_step + skip, start_step + skip + probe
+        self.t_first = 0.0
+        self.rate = 0.0
+
+    def fit(self, step: int) -> int | None:
+        """Call after every step: the last step that fits, once (at the end of the probe), else ``None``."""
+        if self.seconds <= 0 or step not in (self.first, self.last):
+            return None
+        now = time.perf_counter()
+        if step == self.first:
+            self.t_first = now
+            return None
+        self.rate = (self.last - self.first) / max(1e-9, now - self.t_first)
+        left = 0.95 * self.seconds - (now - self.start)
+        return step + max(0, int(self.rate * left))
+
+
 def cosine_with_warmup(step: int, total: int, warmup: float, min_ratio: float) -> float:
     """Learning-rate multiplier: linear warmup over ``warmup * total`` steps, then cosine decay."""
     w = max(1, round(warmup * total))
@@ -163,9 +186,10 @@ class Trainer:
         self.task = task or build_task(cfg)
         self.model = self.task.build_model().to(self.device)
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim), betas=cfg.optim.betas)
-        total = cfg.train.steps
+        self.total_steps = cfg.train.steps  # fewer under train.time_limit_min, once the step rate is known
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: cosine_with_warmup(s, total, cfg.optim.warmup, cfg.optim.min_lr_ratio)
+            self.optimizer,
+            lambda s: cosine_with_warmup(s, self.total_steps, cfg.optim.warmup, cfg.optim.min_lr_ratio),
         )
         self.step = 0
         self.best: float | None = None
@@ -197,6 +221,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "step": self.step,
+            "total_steps": self.total_steps,
             "best": self.best,
             "rng_cpu": torch.get_rng_state(),
             "config": json.dumps(self.cfg.to_dict()),
@@ -223,6 +248,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
+        self.total_steps = int(state.get("total_steps", self.cfg.train.steps))
         self.best = state["best"]
         # each rank continues its own dropout stream: rank 0's state is saved, others re-derive
         torch.set_rng_state(state["rng_cpu"].cpu() if self.rank == 0 else torch.get_rng_state())
@@ -292,10 +318,11 @@ class Trainer:
             from tqdm import tqdm
 
             bar = tqdm(
-                total=cfg.train.steps, initial=self.step, desc=f"train {cfg.task}", unit="step", dynamic_ncols=True
+                total=self.total_steps, initial=self.step, desc=f"train {cfg.task}", unit="step", dynamic_ncols=True
             )
         metrics: dict[str, float] = {}
         t_last, items = time.perf_counter(), 0
+        clock = _TimeLimit(cfg.train.time_limit_min, self.step)
         full_budget_steps = max(1, round(cfg.optim.warmup * cfg.train.steps))  # the LR warmup
         self.model.train()
         try:
@@ -303,7 +330,7 @@ class Trainer:
                 batch = self._to_device(batch)
                 budget = step_budget(self.model, cfg.train.seed, self.step, full_budget_steps)
                 with self._autocast():
-                    loss, parts = self.task.loss(self.net, batch, self.step / max(1, cfg.train.steps))
+                    loss, parts = self.task.loss(self.net, batch, self.step / max(1, self.total_steps))
                 self.scaler.scale(loss).backward()
                 self.scaler.unscale_(self.optimizer)
                 grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip))
@@ -315,10 +342,20 @@ class Trainer:
                 items += cfg.train.batch_size
                 if stop_after is not None and self.step >= stop_after:
                     self._stop = True
+                fitted = clock.fit(self.step)
+                if fitted is not None and fitted < self.total_steps:
+                    self.total_steps = self._min(max(self.step + 1, fitted))
+                    if self.rank == 0:
+                        print(f"\ntrain.time_limit_min {cfg.train.time_limit_min:g}: {clock.rate:.2f} steps/s, the run "
+                              f"ends at step {self.total_steps} (schedule included)", flush=True)  # fmt: skip
+                    if bar is not None:
+                        bar.total = self.total_steps
+                        bar.refresh()
                 loss = loss.detach()
                 if not math.isfinite(float(loss)):
                     raise FloatingPointError(f"the loss became {float(loss)} at step {self.step}; lower optim.lr")
-                if self.step % cfg.train.log_every == 0 or self.step == cfg.train.steps:
+                last = self.step >= self.total_steps
+                if self.step % cfg.train.log_every == 0 or last:
                     now = time.perf_counter()
                     row = {"step": self.step, "loss": self._mean(float(loss)), "lr": self.scheduler.get_last_lr()[0],
                            "grad_norm": grad_norm, "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
@@ -331,14 +368,16 @@ class Trainer:
                         bar.set_postfix(
                             loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", ips=f"{row['items_per_s']:.0f}"
                         )
-                if self.step % cfg.train.eval_every == 0 or self.step == cfg.train.steps:
+                if self.step % cfg.train.eval_every == 0 or last:
                     metrics = self._eval_and_keep_best(logger)
-                if self.step % cfg.train.checkpoint_every == 0 or self.step == cfg.train.steps or self._stop:
+                if self.step % cfg.train.checkpoint_every == 0 or last or self._stop:
                     if self.rank == 0:
                         self.save_checkpoint()
                     self._barrier()
                 if bar is not None:
                     bar.update(1)
+                if last:
+                    break
                 if self._stop:
                     if self.rank == 0:
                         print(f"\nstopped at step {self.step}; continue with --resume", flush=True)
@@ -349,7 +388,7 @@ class Trainer:
             if bar is not None:
                 bar.close()
             logger.close()
-        if self.rank == 0 and self.step >= cfg.train.steps:
+        if self.rank == 0 and self.step >= self.total_steps:
             self.export_weights()
         self._barrier()
         return metrics
@@ -372,6 +411,14 @@ class Trainer:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return float(t) / self.world
+
+    def _min(self, value: int) -> int:
+        """The smallest ``value`` over the processes (all agree on a run's length)."""
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t)
 
     def _barrier(self) -> None:
         if self.world > 1:

@@ -1,0 +1,114 @@
+"""``edgessm pack``: a recipe's training data in one small folder, to train where the data is not.
+
+edgessm pack kws_v5 --out kws-pack                          # every clip the recipe trains on
+edgessm pack kws_v5 --out kws-pack --keep 'synth:*=0.25'    # a quarter of the synthetic clips
+edgessm train kws_v5 --pack kws-pack --out runs/k --device cuda   # on the other machine
+
+Keyword clips are cut to their speech (plus a margin); sentences and noises stay whole; the room
+responses (simulated ones included) become files. The audio is Opus-encoded (``--level``: 0.96 is
+~15 kb/s; see :mod:`edgessm.data.pack`). The clips keep the split
+they had here, so validation speakers stay out of training there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+
+import numpy as np
+
+from edgessm.data.audio import SAMPLE_RATE, speech_bounds
+from edgessm.data.manifest import Clip
+from edgessm.data.pack import DEFAULT_LEVEL
+from edgessm.data.store import loudest_window
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("config", help="a shipped recipe (kws_v5, ...) or a TOML config file")
+    ap.add_argument("--out", required=True, help="a new folder for the pack")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="override a config value before the clips are chosen (repeatable)")  # fmt: skip
+    ap.add_argument("--keep", action="append", default=[], metavar="SOURCE=FRACTION",
+                    help="keep this fraction of a source's clips (a stable choice by file); SOURCE may be a "
+                         "pattern such as 'synth:*' (repeatable)")  # fmt: skip
+    ap.add_argument("--margin", type=float, default=0.15, help="seconds kept around a keyword clip's speech")
+    ap.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="Opus compression level, 0 (best) to 1")
+    ap.add_argument("--shards", type=int, default=16, help="shard files (decoded in parallel when training)")
+
+
+def parse_keep(items: list[str]) -> list[tuple[str, float]]:
+    """``["synth:*=0.25"]`` -> ``[("synth:*", 0.25)]``, with a clear error for a malformed item."""
+    out = []
+    for item in items:
+        pattern, sep, value = item.rpartition("=")
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = -1.0
+        if not sep or not pattern or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"--keep {item!r}: expected SOURCE=FRACTION with a fraction in [0, 1]")
+        out.append((pattern, fraction))
+    return out
+
+
+def kept(clip: Clip, keep: list[tuple[str, float]]) -> bool:
+    """Whether ``clip`` survives ``keep`` (the last matching pattern decides; a stable hash of the file)."""
+    fraction = 1.0
+    for pattern, f in keep:
+        if fnmatch.fnmatchcase(clip.source, pattern):
+            fraction = f
+    h = int.from_bytes(hashlib.sha1(clip.path.encode()).digest()[:8], "big") / 2**64
+    return h < fraction
+
+
+def trim_keyword(margin_s: float, max_samples: int):
+    """``(clip, audio) -> audio``: a labelled clip cut to its speech +- ``margin_s`` (at most ``max_samples``,
+    its loudest window); unlabelled speech (sentences) is kept whole."""
+
+    def prepare(clip: Clip, x: np.ndarray) -> np.ndarray:
+        if not clip.label:
+            return x
+        start, end = speech_bounds(x, margin=int(margin_s * SAMPLE_RATE))
+        return loudest_window(x[start:end], max_samples)
+
+    return prepare
+
+
+def recipe_rirs(cfg) -> list[np.ndarray]:
+    """The room impulse responses of the recipe's ``[augment.rirs]`` (simulated and measured), prepared."""
+    from edgessm.data.augment import RirSourceConfig, build_rir_bank, config_from_dict
+
+    from .tasks import _resolve
+
+    settings = _resolve(cfg.augment).get("rirs")
+    bank = build_rir_bank(config_from_dict(RirSourceConfig, settings)) if settings else None
+    return list(bank.rirs) if bank is not None else []
+
+
+def run(args: argparse.Namespace) -> int:
+    from edgessm.data.corpora import CorpusError
+    from edgessm.data.pack import write_pack
+
+    from .config import load_config
+    from .tasks import build_task, noise_paths
+
+    try:
+        keep = parse_keep(args.keep)
+        cfg = load_config(args.config, args.overrides)
+        task = build_task(cfg)
+        if not hasattr(task, "packed_clips"):
+            raise ValueError(f"{task.name} recipes cannot be packed yet (keyword spotting can)")
+        clips = [c for c in task.packed_clips() if kept(c, keep)]
+        noises = noise_paths(list(task.data.noise)) if getattr(task.data, "noise", None) else []
+        rirs = recipe_rirs(cfg)
+        max_samples = 2 * int(getattr(task.data, "clip_samples", SAMPLE_RATE))
+        summary = write_pack(args.out, clips, trim_keyword(args.margin, max_samples), noises, rirs, args.level,
+                             args.shards, info={"recipe": args.config, "overrides": args.overrides,
+                                                "keep": args.keep, "margin_s": args.margin})  # fmt: skip
+    except (FileNotFoundError, FileExistsError, ValueError, CorpusError) as e:
+        raise SystemExit(f"edgessm pack: {e}") from None
+    hours = sum(summary["hours"].values())
+    print(f"packed {summary['clips']} clips ({hours:.2f} h) and {summary['noises']} noises into {args.out}: "
+          f"{summary['megabytes']} MB")  # fmt: skip
+    return 0

@@ -1,0 +1,138 @@
+"""Data packs (``edgessm pack``): a recipe's clips compressed into one folder train the same task elsewhere;
+and ``train.time_limit_min`` fits a run, its schedule included, into a wall-clock budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures import SR, speech_commands_folder, write_audio
+
+from edgessm.cli import main
+from edgessm.data import pack
+from edgessm.data.audio import load_audio, speech_bounds
+from edgessm.data.manifest import Clip
+from edgessm.data.store import AudioStore
+from edgessm.train.config import load_config
+from edgessm.train.pack import kept, parse_keep
+from edgessm.train.tasks import build_task
+
+
+def _recipe(tmp_path: Path, sc: Path) -> Path:
+    rirs = tmp_path / "rirs"
+    decay = np.exp(-np.arange(1600) / 200.0) * np.random.default_rng(1).normal(size=1600)
+    write_audio(rirs / "room.wav", (0.5 * decay / np.abs(decay).max()).astype(np.float32), SR)
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(
+        f"""task = "kws"
+[model]
+channels = [4, 8]
+states = [4, 8]
+kinds = ["full", "pointwise"]
+pools = [4, 4]
+[data]
+words = "sc10"
+sources = ["speech_commands:{sc}"]
+noise = ["noise:{sc / "_background_noise_"}"]
+clip_samples = 8192
+[augment]
+reverb_prob = 0.5
+[augment.rirs]
+measured = "{rirs}"
+[train]
+steps = 4
+batch_size = 4
+workers = 0
+"""
+    )
+    return cfg
+
+
+def test_a_pack_holds_the_recipes_clips_and_trains_the_same_task(tmp_path: Path, capsys) -> None:
+    sc = speech_commands_folder(tmp_path / "sc")
+    cfg = _recipe(tmp_path, sc)
+    out = tmp_path / "pack"
+    assert main(["pack", str(cfg), "--out", str(out), "--margin", "0.05"]) == 0
+    assert "packed 33 clips"  # 36 less the test list's 3 in capsys.readouterr().out
+    summary = json.loads((out / "pack.json").read_text())
+    assert summary["clips"] == 33 and summary["noises"] == 1 and summary["rirs"] == 1
+
+    # the same items in the same splits; each clip is its speech (+ margin), decoded back at its length
+    original = build_task(load_config(str(cfg)))
+    packed_clips = pack.read_pack(out)
+    assert all(pack.is_ref(c.path) for c in packed_clips)
+    splits, _ = original.select_clips()
+    assert sorted(c.split for c in packed_clips) == sorted(s for s, items in splits.items() for _ in items)
+    store = AudioStore([c.path for c in packed_clips])
+    for i, clip in enumerate(original.packed_clips()[:6]):
+        start, end = speech_bounds(load_audio(clip.path)[0], margin=int(0.05 * SR))
+        x, y = store[i], load_audio(clip.path)[0][start:end]
+        assert len(x) == len(y) < 0.8 * SR  # the tone word of a 1 s clip, +- 50 ms
+        assert abs(20 * np.log10(np.sqrt(np.mean(x**2)) / np.sqrt(np.mean(y**2)))) < 1.5  # its level kept
+
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--pack", str(out), "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
+    assert "done: step 4 of 4" in capsys.readouterr().out
+    trained = json.loads((run / "config.json").read_text())
+    assert trained["data"]["sources"] == [f"pack:{out.resolve()}"]
+    assert trained["augment"]["rirs"]["measured"] == str(out.resolve() / "rirs")
+
+
+def test_pack_refuses_a_used_folder_and_train_refuses_a_folder_that_is_no_pack(tmp_path: Path) -> None:
+    sc = speech_commands_folder(tmp_path / "sc", speakers=2)
+    cfg = _recipe(tmp_path, sc)
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match="not empty"):
+        main(["pack", str(cfg), "--out", str(tmp_path / "used")])
+    assert (tmp_path / "used" / "notes.txt").read_text() == "mine"
+    with pytest.raises(SystemExit, match="not a data pack"):
+        main(["train", str(cfg), "--pack", str(tmp_path / "used"), "--out", str(tmp_path / "run")])
+    with pytest.raises(SystemExit, match="SOURCE=FRACTION"):
+        main(["pack", str(cfg), "--out", str(tmp_path / "p2"), "--keep", "synth:*=2"])
+
+
+def test_pack_references_name_samples_of_a_shard(tmp_path: Path) -> None:
+    t = np.arange(SR) / SR
+    clips = [Clip(str(tmp_path / f"{i}.wav"), speaker=f"s{i}", label="yes", split="train") for i in range(3)]
+    for i, c in enumerate(clips):
+        write_audio(c.path, (0.3 * np.sin(2 * np.pi * 300 * (i + 1) * t[: 4000 * (i + 1)])).astype(np.float32), SR)
+    pack.write_pack(tmp_path / "p", clips, shards=2, progress=False)
+    back = pack.read_pack(tmp_path / "p")
+    assert [pack.read_ref(c.path).shape[0] for c in back] == [4000, 8000, 12000]
+    assert [(c.speaker, c.label, c.split) for c in back] == [(c.speaker, c.label, c.split) for c in clips]
+    y = pack.read_ref(back[1].path)
+    spectrum = np.abs(np.fft.rfft(y))
+    assert abs(np.argmax(spectrum) * SR / len(y) - 600) < 5  # the 600 Hz tone survives the codec
+    assert pack.file_of(back[0].path).endswith("shard00.ogg") and pack.file_of("/a/b.wav") == "/a/b.wav"
+    with pytest.raises(ValueError, match="damaged"):
+        pack.read_ref(pack.file_of(back[0].path) + "#0-99999999")
+
+
+def test_keep_fractions_are_stable_and_the_last_matching_pattern_wins() -> None:
+    clips = [Clip(f"/data/{i}.wav", source="synth:piper" if i % 2 else "sc_train_subset") for i in range(2000)]
+    keep = parse_keep(["synth:*=0.25", "sc_train_subset=1"])
+    chosen = [c for c in clips if kept(c, keep)]
+    synth = sum(c.source.startswith("synth") for c in chosen)
+    assert sum(not c.source.startswith("synth") for c in chosen) == 1000 and 200 < synth < 300
+    assert chosen == [c for c in clips if kept(c, keep)]  # the same choice every time
+    assert not any(kept(c, parse_keep(["*=0.5", "*=0"])) for c in clips)
+    for bad in ("synth:*", "=0.5", "x=abc", "x=-0.1"):
+        with pytest.raises(ValueError, match="SOURCE=FRACTION"):
+            parse_keep([bad])
+
+
+def test_time_limit_shrinks_the_run_and_its_schedule(tmp_path: Path) -> None:
+    from test_train import kws_config
+
+    from edgessm.train.trainer import Trainer
+
+    sc = speech_commands_folder(tmp_path / "sc", speakers=4)
+    cfg = kws_config(sc, steps=100_000, time_limit_min=0.02)  # 1.2 s: it ends right after the 40-step probe
+    trainer = Trainer(cfg, tmp_path / "run", device="cpu", progress=False)
+    trainer.fit()
+    assert 40 < trainer.step == trainer.total_steps < 100_000
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)  # the cosine ran to its end
+    assert (tmp_path / "run" / "model.safetensors").is_file()
