@@ -43,11 +43,15 @@ def _parser() -> argparse.ArgumentParser:
                     "fault in again every step), to measure what edgessm.train.allocator saves")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per row (after one warm-up step)")
     ap.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where to train (cuda: timed with synchronisation; a row's train.amp=bf16 runs it under "
+                         "bf16 autocast)")  # fmt: skip
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     return ap
 
 
-def _row(recipe: str, overrides: list[str], label: str, batch: int | None, seconds: float | None) -> dict[str, Any]:
+def _row(recipe: str, overrides: list[str], label: str, batch: int | None, seconds: float | None,
+         device: torch.device) -> dict[str, Any]:  # fmt: skip
     try:
         cfg = load_config(recipe, overrides)
         task = build_task(cfg)
@@ -59,11 +63,15 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
     stride = int(getattr(net, "stride", 0) or getattr(net, "chunk_multiple", 1))
     samples = max(stride, samples - samples % stride)
     counts = net.counts()
+    net = net.to(device)
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.amp) if device.type == "cuda" else None
+    x = 0.05 * torch.randn(batch or cfg.train.batch_size, 1, samples, generator=torch.Generator().manual_seed(0))
     return {
         "label": label,
         "net": net,
         "opt": torch.optim.AdamW(net.parameters(), lr=1e-4),
-        "x": 0.05 * torch.randn(batch or cfg.train.batch_size, 1, samples, generator=torch.Generator().manual_seed(0)),
+        "x": x.to(device),
+        "amp": amp,
         "params": int(counts.params),
         "mflops": counts.flops * 16000 / 1e6,
         "times": [],
@@ -71,12 +79,18 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
 
 
 def _step(row: dict[str, Any]) -> float:
+    cuda = row["x"].is_cuda
+    if cuda:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
-    y = row["net"](row["x"])
+    with torch.autocast("cuda", dtype=row["amp"], enabled=row["amp"] is not None):
+        y = row["net"](row["x"])
     loss = y.float().pow(2).mean()
     row["opt"].zero_grad(set_to_none=True)
     loss.backward()
     row["opt"].step()
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - t0
 
 
@@ -86,11 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("trainstep: --repeats must be at least 1")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("trainstep: no CUDA device is visible on this machine (--device cuda)")
+        return 1
+    device = torch.device(args.device)
     if not args.page_faults:
         keep_freed_memory()  # as `edgessm train` does
     specs = [("recipe", list(args.set))]
     specs += [(vs, [*args.set, *(o.strip() for o in vs.split(";") if o.strip())]) for vs in args.vs]
-    rows = [_row(args.recipe, overrides, label, args.batch, args.seconds) for label, overrides in specs]
+    rows = [_row(args.recipe, overrides, label, args.batch, args.seconds, device) for label, overrides in specs]
     for row in rows:  # warm-up: allocations, plan caches
         row["net"].train()
         _step(row)
@@ -99,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             row["times"].append(_step(row))
     base = statistics.median(rows[0]["times"])
     x = rows[0]["x"]
-    print(f"# {args.recipe}: batch {x.shape[0]} x {x.shape[-1] / 16000:.2f} s, {torch.get_num_threads()} thread(s), "
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} thread(s)"
+    print(f"# {args.recipe}: batch {x.shape[0]} x {x.shape[-1] / 16000:.2f} s, {where}, "
           f"median of {args.repeats} steps per row, timed in turns")  # fmt: skip
     width = max(12, *(len(r["label"]) for r in rows))
     print(f"{'row':<{width}} {'params':>10} {'MFLOP/s':>9} {'step s':>8} {'ratio':>6}")
