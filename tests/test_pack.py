@@ -118,6 +118,8 @@ def test_keep_fractions_are_stable_and_the_last_matching_pattern_wins() -> None:
     synth = sum(c.source.startswith("synth") for c in chosen)
     assert sum(not c.source.startswith("synth") for c in chosen) == 1000 and 200 < synth < 300
     assert chosen == [c for c in clips if kept(c, keep)]  # the same choice every time
+    other = [c for c in clips if kept(c, keep, seed=1)]  # another seed: another quarter of the synthetic clips
+    assert 200 < sum(c.source.startswith("synth") for c in other) < 300 and other != chosen
     assert not any(kept(c, parse_keep(["*=0.5", "*=0"])) for c in clips)
     for bad in ("synth:*", "=0.5", "x=abc", "x=-0.1"):
         with pytest.raises(ValueError, match="SOURCE=FRACTION"):

@@ -106,6 +106,9 @@ def babble(
     return _to_level(out, level_dbfs)
 
 
+_TABLE = 4096  # wavetable size of music_like's tones (interpolation error < -80 dB)
+
+
 def music_like(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, level_dbfs: float = -20.0) -> np.ndarray:
     """Procedural music: a melody and chords of harmonic tones over a drum pattern.
 
@@ -127,12 +130,17 @@ def music_like(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, lev
     tilt = rng.uniform(0.5, 1.5)  # harmonic k has amplitude k**-tilt
     harmonics = np.arange(1, 9)
 
+    grid = np.arange(_TABLE + 1) / _TABLE  # one period, for the wavetable of each note's harmonics
+
     def tone(f0: float, n: int, gain: float) -> np.ndarray:
         t = np.arange(n) / sr
         vib = 1 + 0.004 * np.sin(2 * np.pi * rng.uniform(4, 7) * t)
-        phase = 2 * np.pi * f0 * np.cumsum(vib) / sr
+        cycles = f0 * np.cumsum(vib) / sr  # the phase, in periods
         amps = harmonics**-tilt * (harmonics * f0 < sr / 2 - 500)
-        wave = (amps[:, None] * np.sin(harmonics[:, None] * phase[None])).sum(0)
+        table = amps @ np.sin(2 * np.pi * harmonics[:, None] * grid[None])  # (TABLE + 1,)
+        pos = (cycles % 1.0) * _TABLE  # linear interpolation in the table: ~8x fewer sines per sample
+        i = pos.astype(np.int64)
+        wave = table[i] + (pos - i) * (table[i + 1] - table[i])
         env = np.minimum(1.0, t / 0.01) * np.exp(-t / rng.uniform(0.15, 0.8))
         return gain * wave * env
 
@@ -389,6 +397,11 @@ class NoiseBank:
 
     def crop(self, index: int, length: int, rng: np.random.Generator) -> np.ndarray:
         """A random ``(length,)`` float32 crop of clip ``index`` (looped if the clip is shorter)."""
+        if hasattr(self.clips, "slice"):  # a store: convert only the window, not a minutes-long recording
+            n = self.clips.length(index)
+            if length <= n:
+                start = int(rng.integers(0, n - length + 1))
+                return self.clips.slice(index, start, start + length)
         x = np.asarray(self.clips[index], dtype=np.float32)
         n = x.shape[0]
         if n == 0:

@@ -79,6 +79,22 @@ class AudioStore:
     def length(self, i: int) -> int:
         return int(self.offsets[i + 1] - self.offsets[i])
 
+    def slice(self, i: int, start: int, stop: int) -> np.ndarray:
+        """Samples ``start:stop`` of clip ``i`` as float32 (only those are converted: cheap on long clips)."""
+        a = int(self.offsets[i])
+        stop = min(max(0, stop), self.length(i))
+        return self.data[a + max(0, start) : a + stop].astype(np.float32) / 32767.0
+
+    def random_crop(self, i: int, length: int, rng: np.random.Generator) -> np.ndarray:
+        """A random ``(length,)`` window of clip ``i``, the clip looped when it is shorter."""
+        n = self.length(i)
+        if n >= length:
+            start = int(rng.integers(0, n - length + 1))
+            return self.slice(i, start, start + length)
+        x = np.tile(self[i], length // max(1, n) + 2)
+        start = int(rng.integers(0, len(x) - length + 1))
+        return x[start : start + length]
+
 
 def _cache_path(paths: Sequence[str], max_samples: int):
     """Where the decoded buffer of ``paths`` is cached (a digest of every file's path, size and mtime)."""

@@ -32,6 +32,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--keep", action="append", default=[], metavar="SOURCE=FRACTION",
                     help="keep this fraction of a source's clips (a stable choice by file); SOURCE may be a "
                          "pattern such as 'synth:*' (repeatable)")  # fmt: skip
+    ap.add_argument("--keep-seed", type=int, default=0,
+                    help="another seed keeps another subset at the same fractions (e.g. a second pack)")  # fmt: skip
     ap.add_argument("--margin", type=float, default=0.15, help="seconds kept around a keyword clip's speech")
     ap.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="Opus compression level, 0 (best) to 1")
     ap.add_argument("--shards", type=int, default=16, help="shard files (decoded in parallel when training)")
@@ -52,13 +54,15 @@ def parse_keep(items: list[str]) -> list[tuple[str, float]]:
     return out
 
 
-def kept(clip: Clip, keep: list[tuple[str, float]]) -> bool:
-    """Whether ``clip`` survives ``keep`` (the last matching pattern decides; a stable hash of the file)."""
+def kept(clip: Clip, keep: list[tuple[str, float]], seed: int = 0) -> bool:
+    """Whether ``clip`` survives ``keep`` (the last matching pattern decides; a stable hash of the file
+    and ``seed``)."""
     fraction = 1.0
     for pattern, f in keep:
         if fnmatch.fnmatchcase(clip.source, pattern):
             fraction = f
-    h = int.from_bytes(hashlib.sha1(clip.path.encode()).digest()[:8], "big") / 2**64
+    key = clip.path if not seed else f"{seed}:{clip.path}"
+    h = int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64
     return h < fraction
 
 
@@ -99,13 +103,14 @@ def run(args: argparse.Namespace) -> int:
         task = build_task(cfg)
         if not hasattr(task, "packed_clips"):
             raise ValueError(f"{task.name} recipes cannot be packed yet (keyword spotting can)")
-        clips = [c for c in task.packed_clips() if kept(c, keep)]
+        clips = [c for c in task.packed_clips() if kept(c, keep, args.keep_seed)]
         noises = noise_paths(list(task.data.noise)) if getattr(task.data, "noise", None) else []
         rirs = recipe_rirs(cfg)
         max_samples = 2 * int(getattr(task.data, "clip_samples", SAMPLE_RATE))
+        info = {"recipe": args.config, "overrides": args.overrides, "keep": args.keep, "keep_seed": args.keep_seed,
+                "margin_s": args.margin}  # fmt: skip
         summary = write_pack(args.out, clips, trim_keyword(args.margin, max_samples), noises, rirs, args.level,
-                             args.shards, info={"recipe": args.config, "overrides": args.overrides,
-                                                "keep": args.keep, "margin_s": args.margin})  # fmt: skip
+                             args.shards, info=info)  # fmt: skip
     except (FileNotFoundError, FileExistsError, ValueError, CorpusError) as e:
         raise SystemExit(f"edgessm pack: {e}") from None
     hours = sum(summary["hours"].values())

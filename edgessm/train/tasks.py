@@ -323,7 +323,7 @@ class KwsTask(Task):
         elif kind == 1:
             out = music_like(n, r, level_dbfs=r.uniform(-40, -20))
         elif kind == 2 and self.noises is not None and len(self.noises):
-            x = _random_crop(self.noises[int(r.integers(len(self.noises)))], n, r)
+            x = self.noises.random_crop(int(r.integers(len(self.noises))), n, r)
             out = (x * 10 ** (r.uniform(-50, -20) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)).astype(np.float32)
         else:
             out = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), n).astype(np.float32)
@@ -357,14 +357,14 @@ class KwsTask(Task):
         length = self.data.clip_samples
         if index >= n + self._n_silence(n):  # a hard negative: a window of a keyword-free sentence
             r = rng if rng is not None else item_rng(index)
-            x = _random_crop(self.sentences[int(r.integers(len(self.sentences)))], length, r)
+            x = self.sentences.random_crop(int(r.integers(len(self.sentences))), length, r)
             if self.augment is not None:
                 x = self.augment(x, r)
             return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN), "positive_from": 0}
         if index >= n:  # a silence example: background noise (or near-digital silence) at a random level
             r = rng if rng is not None else item_rng(index)
             if self.noises is not None and len(self.noises) and r.random() < 0.8:
-                x = _random_crop(self.noises[int(r.integers(len(self.noises)))], length, r)
+                x = self.noises.random_crop(int(r.integers(len(self.noises))), length, r)
                 x = x * 10 ** (r.uniform(-40, -5) / 20) / max(1e-4, float(np.abs(x).max()))
             else:
                 x = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), length)
