@@ -138,3 +138,24 @@ def test_time_limit_shrinks_the_run_and_its_schedule(tmp_path: Path) -> None:
     assert 40 < trainer.step == trainer.total_steps < 100_000
     assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)  # the cosine ran to its end
     assert (tmp_path / "run" / "model.safetensors").is_file()
+
+
+def test_a_recognizer_pack_keeps_transcripts_and_leaves_out_the_test_speakers(tmp_path: Path) -> None:
+    from fixtures import librispeech_folder
+
+    from edgessm.train.config import TrainConfig
+    from edgessm.train.pack import trim_keyword
+
+    root = librispeech_folder(tmp_path / "ls", speakers=20, per_speaker=1)
+    recipe = {"task": "asr", "model": {"channels": [8], "states": [4], "kinds": ["full"], "pools": [16]},
+              "data": {"sources": [f"librispeech:{root}"], "validation_pct": 30.0, "test_pct": 30.0}}  # fmt: skip
+    task = build_task(TrainConfig.from_dict(recipe))
+    every = task._utterances()
+    chosen = task.packed_clips()
+    assert {c.split for c in chosen} == {"train", "validation"}
+    assert len(chosen) == sum(task.split(c) in ("train", "validation") for c in every) < len(every)
+    pack.write_pack(tmp_path / "p", chosen, trim_keyword(0.15, 32000), progress=False)
+    packed = build_task(
+        TrainConfig.from_dict({**recipe, "data": {**recipe["data"], "sources": [f"pack:{tmp_path / 'p'}"]}})
+    )
+    assert sorted((c.text, c.split) for c in packed.packed_clips()) == sorted((c.text, c.split) for c in chosen)

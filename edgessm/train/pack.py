@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides)
         task = build_task(cfg)
         if not hasattr(task, "packed_clips"):
-            raise ValueError(f"{task.name} recipes cannot be packed yet (keyword spotting can)")
+            raise ValueError(f"{task.name} recipes cannot be packed yet (keyword spotting and recognition can)")
         clips = [c for c in task.packed_clips() if kept(c, keep, args.keep_seed)]
         noises = noise_paths(list(task.data.noise)) if getattr(task.data, "noise", None) else []
         rirs = recipe_rirs(cfg)

@@ -790,10 +790,18 @@ class CtcTask(Task):
     def split(self, clip: Clip) -> str:
         return assign_split(clip, self.data.validation_pct, self.data.test_pct)
 
+    def _utterances(self) -> list[Clip]:
+        return [c for c in load_sources(list(self.data.sources)) if c.text and not c.text.startswith("_")]
+
+    def packed_clips(self) -> list[Clip]:
+        """The clips a data pack of this recipe holds (:mod:`edgessm.data.pack`): the transcribed training
+        and validation utterances, split fixed; the held-out test speakers stay out."""
+        return [replace(c, split=s) for c in self._utterances() if (s := self.split(c)) in ("train", "validation")]
+
     def _prepare(self) -> None:
         if self._prepared:
             return
-        clips = [c for c in load_sources(list(self.data.sources)) if c.text and not c.text.startswith("_")]
+        clips = self._utterances()
         if not clips:
             raise CorpusError("no transcribed utterances found in the data sources")
         by_split: dict[str, list[Clip]] = {"train": [], "validation": []}
