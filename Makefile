@@ -23,7 +23,8 @@ VENV := .venv
 # the offline TTS engines of the synthetic speech corpus (espeak-ng, flite, festival + voices), and
 # PulseAudio for the microphone test (a virtual source fed by a wav file).
 SYSTEM_PACKAGES := libportaudio2 libsndfile1 espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k \
-	festvox-us-slt-hts pulseaudio pulseaudio-utils libasound2-plugins
+	festvox-us-slt-hts pulseaudio pulseaudio-utils libasound2-plugins \
+	wordnet-base sword-text-web dict-gcide
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # pip warns once per unreachable optional index a machine may configure; keep the log readable
 QUIET_PIP := sed -u '/^WARNING: Location .* is ignored/d'

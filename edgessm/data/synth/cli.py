@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unknown", type=int, help="unknown-class words per voice (overrides the preset)")
     parser.add_argument("--sentences", type=int, help="sentences per voice (overrides the preset)")
     parser.add_argument("--sentence-pool", type=int, default=1000, help="distinct generated sentences (default: 1000)")
+    parser.add_argument("--text-sources", metavar="NAMES",
+                        help="licensed text whose sentences join the generated ones, e.g. wordnet,bible,gcide "
+                             "(Debian packages that make installs; edgessm.data.text_sources)")  # fmt: skip
     parser.add_argument("--kinds", nargs="+", metavar="KIND",
                         help=f"any of {', '.join(KINDS)} (default: all; only keywords with --words)")  # fmt: skip
     parser.add_argument(
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             voice_dir=args.voice_dir,
             teacher_gate=args.teacher_gate,
             gate_threshold=args.gate_threshold,
+            text_sources=_csv_or_list([args.text_sources]) if args.text_sources else (),
             **({"keywords": words} if words else {}),
         )
     except (ValueError, argparse.ArgumentTypeError) as e:

@@ -27,6 +27,7 @@ import soundfile as sf
 from edgessm.data.audio import SAMPLE_RATE, write_audio
 from edgessm.data.labels import UNKNOWN
 from edgessm.data.manifest import Clip, write_manifest
+from edgessm.data.text_sources import read_sentences
 
 from .config import DEFAULT_BLENDS, DEFAULT_WEIGHTS, KINDS, PRESETS, PerVoice, default_dir
 from .engines import Engine, EngineError, EngineStatus, Voice, discover, make_engines
@@ -83,11 +84,19 @@ def _make_utterance(
     return Utterance(voice, split, kind, label, text, spoken, rep, params, perturbation, key, relpath)
 
 
-def sentence_pools(n_sentences: int, seed: int) -> dict[str, list[Sentence]]:
-    """The generated sentences shared out to splits (80/10/10 by a hash of the text): test voices read
-    sentences no training voice reads."""
+def sentence_pools(n_sentences: int, seed: int, text_sources: Sequence[str] = ()) -> dict[str, list[Sentence]]:
+    """The generated sentences, and those of ``text_sources`` (:mod:`edgessm.data.text_sources`), shared
+    out to splits (80/10/10 by a hash of the text): test voices read sentences no training voice reads."""
     pools: dict[str, list[Sentence]] = {s: [] for s in SPLITS}
-    for s in generate_sentences(n_sentences, seed):
+    found = generate_sentences(n_sentences, seed)
+    seen = {s.text for s in found}
+    for name in text_sources:
+        for spoken in read_sentences(name):
+            text = normalize_transcript(spoken)
+            if text and text not in seen:
+                seen.add(text)
+                found.append(Sentence(text=text, spoken=spoken, domain=name))
+    for s in found:
         u = stable_unit(seed, "sentence-split", s.text)
         pools["train" if u < 0.8 else "validation" if u < 0.9 else "test"].append(s)
     return pools
@@ -111,6 +120,7 @@ def plan_corpus(
     seed: int = 0,
     n_sentences: int = 1000,
     keywords: Sequence[str] = KEYWORDS,
+    text_sources: Sequence[str] = (),
 ) -> list[Utterance]:
     """Every clip of the corpus, in a fixed order (voice, kind, text, rendition); ``per_voice`` defaults to
     the ``standard`` preset."""
@@ -124,7 +134,7 @@ def plan_corpus(
     if not all(keywords):
         raise ValueError("every keyword needs at least one letter or digit")
     pool = [w for w in unknown_words() if w not in keywords]
-    pools = sentence_pools(n_sentences, seed) if "sentences" in kinds else {}
+    pools = sentence_pools(n_sentences, seed, text_sources) if "sentences" in kinds else {}
     plan: list[Utterance] = []
     for voice in sorted(voices):
         engine, split, w = by_name[voice.engine], splits[voice.id], int(weights.get(voice.engine, 1))
@@ -313,6 +323,7 @@ def generate_corpus(
     voice_dir: str | os.PathLike | None = None,
     teacher_gate: bool = False,
     gate_threshold: float = DEFAULT_THRESHOLD,
+    text_sources: Sequence[str] = (),
 ) -> CorpusReport:
     """Generate (or complete) a synthetic corpus and write its ``manifest.csv`` and ``corpus.json``.
 
@@ -326,6 +337,8 @@ def generate_corpus(
         jobs: worker processes (1: render in this process).
         progress: show a progress bar.
         n_sentences: size of the generated sentence pool (shared 80/10/10 between the splits).
+        text_sources: licensed text whose sentences join the pool (``wordnet``, ``bible``, ``gcide``:
+            :mod:`edgessm.data.text_sources`).
         weights: per-engine multipliers of ``per_voice`` (default :data:`DEFAULT_WEIGHTS`).
         espeak_variants: espeak-ng variants to pair with each accent (default ``DEFAULT_VARIANTS``).
         voices: keep only voices whose id matches one of these shell patterns (``"espeak-ng:en-us+*"``);
@@ -362,7 +375,7 @@ def generate_corpus(
         say(report.errors[-1])
         return report
     weights = {**DEFAULT_WEIGHTS, **(weights or {})}
-    plan = plan_corpus(adapters, chosen, splits, kinds, amounts, weights, seed, n_sentences, keywords)
+    plan = plan_corpus(adapters, chosen, splits, kinds, amounts, weights, seed, n_sentences, keywords, text_sources)
     todo = [u for u in plan if not (root / u.relpath).is_file()]
     say(f"{len(plan)} clips planned over {len(chosen)} voices; {len(plan) - len(todo)} already present in {root}")
     results = _run_batches({e.name: e for e in adapters}, todo, root, jobs, progress) if todo else []
@@ -405,6 +418,7 @@ def generate_corpus(
         "per_voice": asdict(amounts),
         "engine_weights": weights,
         "n_sentences": n_sentences,
+        "text_sources": list(text_sources),
         "keywords": list(keywords),
         "espeak_variants": list(espeak_variants) if espeak_variants is not None else "default",
         "voice_patterns": list(voices or []),
