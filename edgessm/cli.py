@@ -25,6 +25,7 @@ COMMANDS = {
     ),
     "pack": ("edgessm.train.pack", "a recipe's training data compressed into one folder, to train on another machine"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
+    "lm": ("edgessm.train.lm", "a word n-gram model for transcribe --lm (licensed text, training transcripts)"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),
     "eval": ("edgessm.eval.cli", "measure a model on held-out clips and long test streams (no torch)"),
 }

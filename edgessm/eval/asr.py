@@ -162,8 +162,9 @@ class GraphRecognizer:
     """Our exported graph, streamed in 100 ms blocks as a live input would be."""
 
     def __init__(self, model, block_s: float = 0.1, vocabulary: Sequence[str] | None = None,
-                 one_word: bool = False) -> None:  # fmt: skip
+                 one_word: bool = False, rescorer=None) -> None:  # fmt: skip
         self.model = model
+        self.rescorer = rescorer
         self.block = int(block_s * SAMPLE_RATE)
         self.vocabulary = list(vocabulary) if vocabulary else None
         self.one_word = one_word
@@ -171,7 +172,7 @@ class GraphRecognizer:
     def __call__(self, audio: np.ndarray) -> str:
         from edgessm.runtime.transcriber import Transcriber
 
-        rec = Transcriber(self.model, vocabulary=self.vocabulary, one_word=self.one_word)
+        rec = Transcriber(self.model, vocabulary=self.vocabulary, one_word=self.one_word, rescorer=self.rescorer)
         segs = []
         for pos in range(0, len(audio), self.block):
             segs += rec.accept_waveform(SAMPLE_RATE, audio[pos : pos + self.block])

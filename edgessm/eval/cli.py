@@ -68,6 +68,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                                     "oracle-wiener: the ideal mask at the spectral network's resolution); recognizers "
                                     "pocketsphinx (default); 'none' for none")  # fmt: skip
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
+    ap.add_argument("--lm", metavar="NPZ",
+                    help="recognizers: also score ours with beam search over this word model (edgessm lm; "
+                         "--beam, --lm-weight, --word-bonus as in transcribe)")  # fmt: skip
+    ap.add_argument("--beam", type=int, default=16, help=argparse.SUPPRESS)
+    ap.add_argument("--lm-weight", type=float, default=0.5, help=argparse.SUPPRESS)
+    ap.add_argument("--word-bonus", type=float, default=1.0, help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0,
                     help="denoisers: only the first N mixtures; recognizers: at most N utterances per set")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
@@ -220,6 +226,14 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
                          "choose pocketsphinx or none")  # fmt: skip
     name = model.info.extra.get("model_name", path.stem)
     systems: dict = {name: asr.GraphRecognizer(model)}
+    if args.lm:
+        from edgessm.runtime.transcribe import beam_decoder
+
+        try:
+            rescorer = beam_decoder(model.info.labels, args)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"edgessm eval: {e}") from None
+        systems[f"{name} beam+LM"] = asr.GraphRecognizer(model, rescorer=rescorer)
     twin = _int8_twin(args.model, path) if not args.int8 else None
     if twin is not None:
         systems[f"{name} int8"] = asr.GraphRecognizer(StepModel(twin, threads=args.threads))

@@ -44,6 +44,11 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --words: each result is exactly one of the words (a command per utterance)",
     )
+    ap.add_argument("--lm", metavar="NPZ",
+                    help="word n-gram model (edgessm.runtime.ngram): final results by beam search with it")  # fmt: skip
+    ap.add_argument("--beam", type=int, default=16, help="with --lm: hypotheses kept per frame")
+    ap.add_argument("--lm-weight", type=float, default=0.5, help="with --lm: weight of the word model")
+    ap.add_argument("--word-bonus", type=float, default=1.0, help="with --lm: log-score added per word")
     ap.add_argument("--pause", type=float, default=0.8, metavar="S", help="a pause this long ends a segment")
     ap.add_argument("--max-segment", type=float, default=20.0, metavar="S", help="longest segment in seconds")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
@@ -118,10 +123,28 @@ def load_recognizer(args: argparse.Namespace):
         model = StepModel(resolve_graph(args.model, int8=args.int8, files=not args.live), threads=args.threads)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
         # refuse a non-recognizer or a bad vocabulary before any input
-        Transcriber(model, endpoint, vocabulary, args.one_word)
-    except (NotARecognizer, FileNotFoundError, ValueError) as e:
+        rescorer = beam_decoder(model.info.labels, args) if args.lm else None
+        Transcriber(model, endpoint, vocabulary, args.one_word, rescorer=rescorer)
+    except (NotARecognizer, FileNotFoundError, ValueError, OSError) as e:
         raise _fail(str(e)) from None
-    return lambda: Transcriber(model, endpoint, vocabulary, args.one_word)
+    return lambda: Transcriber(model, endpoint, vocabulary, args.one_word, rescorer=rescorer)
+
+
+def beam_decoder(labels, args: argparse.Namespace):
+    """``--lm``: the beam decoder over the word model in ``args.lm`` (clear errors for a bad file)."""
+    from pathlib import Path
+
+    from .beam import BeamDecoder
+    from .ngram import WordLM
+
+    path = Path(args.lm).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"--lm {path}: no such file (build one: python -m edgessm.runtime.ngram --help)")
+    try:
+        lm = WordLM.load(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"--lm {path}: not a word model written by edgessm ({e})") from None
+    return BeamDecoder(labels, lm, beam=args.beam, alpha=args.lm_weight, beta=args.word_bonus)
 
 
 def read_words(spec: str) -> list[str]:

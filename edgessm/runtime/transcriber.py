@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .beam import BeamDecoder
 from .ctc import CtcStreamDecoder, EndpointConfig, Segment, Word
 from .lexicon import LexiconDecoder, log_softmax
 from .session import StepModel
@@ -36,6 +37,8 @@ class Transcriber:
             the most probable sequence of these words (:class:`~edgessm.runtime.lexicon.LexiconDecoder`);
             partial results stay greedy. ``None``: open vocabulary (greedy best path).
         one_word: with a vocabulary, every final segment is a single word of it (or dropped): commands.
+        rescorer: open vocabulary with words: a final segment is decoded again by this decoder (e.g. a
+            :class:`~edgessm.runtime.beam.BeamDecoder` with a word n-gram model); partials stay greedy.
         restart_in_pauses: when a segment ends in a pause, the network's state starts over from the
             state it starts every stream with. Recognizers are trained on utterances that start
             from silence; carried across minutes of speech their state drifts.
@@ -43,7 +46,7 @@ class Transcriber:
 
     def __init__(self, model: StepModel, endpoint: EndpointConfig | None = None,
                  vocabulary: list[str] | None = None, one_word: bool = False,
-                 restart_in_pauses: bool = True) -> None:  # fmt: skip
+                 restart_in_pauses: bool = True, rescorer: BeamDecoder | None = None) -> None:  # fmt: skip
         info = model.info
         if info.task != "asr" or not info.labels:
             kind = info.task or "non-recognizer"
@@ -54,7 +57,9 @@ class Transcriber:
         self.first_text_s: float | None = None  # stream time at which the first character was decoded
         if one_word and not vocabulary:
             raise ValueError("one_word decoding needs a vocabulary (the words a segment can be)")
-        self.lexicon = LexiconDecoder(info.labels, vocabulary, one_word=one_word) if vocabulary else None
+        if vocabulary and rescorer is not None:
+            raise ValueError("a closed vocabulary (--words) and a language model (--lm) exclude each other")
+        self.lexicon = LexiconDecoder(info.labels, vocabulary, one_word=one_word) if vocabulary else rescorer
         self._frames: list[np.ndarray] = []  # logits since frame self._base (kept only with a vocabulary)
         self._base = 0
         self.restart_in_pauses = restart_in_pauses
@@ -143,9 +148,9 @@ class Transcriber:
 
 def transcribe_audio(model: StepModel, audio: np.ndarray, sample_rate: int, endpoint: EndpointConfig | None = None,
                      block_s: float = 1.0, vocabulary: list[str] | None = None,
-                     one_word: bool = False) -> list[Segment]:  # fmt: skip
+                     one_word: bool = False, rescorer: BeamDecoder | None = None) -> list[Segment]:  # fmt: skip
     """All final segments of a recording ``(T,)`` streamed through ``model`` ``block_s`` seconds at a time."""
-    rec = Transcriber(model, endpoint, vocabulary, one_word)
+    rec = Transcriber(model, endpoint, vocabulary, one_word, rescorer=rescorer)
     step = max(1, int(block_s * sample_rate))
     out: list[Segment] = []
     for pos in range(0, len(audio), step):

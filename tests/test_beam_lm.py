@@ -1,0 +1,69 @@
+"""Word n-gram model (interpolated Kneser-Ney in back-off tables) and CTC prefix beam search with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgessm.runtime.beam import BeamDecoder
+from edgessm.runtime.lexicon import log_softmax
+from edgessm.runtime.ngram import WordLM
+
+LABELS = ["_", " ", "'"] + [chr(ord("a") + i) for i in range(26)]
+TEXT = ["the cat sat on the mat", "the dog sat on the log", "a cat ate the fish", "turn on the light",
+        "turn off the light", "three cats ran", "the three cats", "three dogs sat"] * 3 + ["the bird sang"]  # fmt: skip
+
+
+def posteriors(text: str, floor: float = -8.0) -> np.ndarray:
+    """``(vocab, frames)`` log-probabilities that spell ``text``: two frames per character, then a blank."""
+    seq = [c for ch in text for c in (LABELS.index(ch),) * 2 + (0,)]
+    x = np.full((len(LABELS), len(seq)), floor)
+    x[seq, np.arange(len(seq))] = 0.0
+    return log_softmax(x)
+
+
+@pytest.mark.parametrize("min_count", [1, 2])
+def test_every_history_is_a_distribution_and_seen_text_is_likelier(min_count: int) -> None:
+    lm = WordLM.build(TEXT, order=3, min_count=min_count)
+    for history in [(), ("<s>",), ("the",), ("<s>", "the"), ("the", "cat"), ("zebra", "the"), ("on", "the")]:
+        total = sum(np.exp(lm.logp(history, w)) for w in lm.vocab if w != "<s>")
+        assert total == pytest.approx(1.0, abs=1e-6)
+    assert lm.logp(("the", "cat"), "sat") > lm.logp(("the", "cat"), "fish") > lm.logp(("the", "cat"), "zebra")
+    assert lm.perplexity(["the cat sat on the mat"]) < lm.perplexity(["mat the on sat cat the"])
+
+
+def test_a_model_survives_its_file(tmp_path: Path) -> None:
+    lm = WordLM.build(TEXT, order=3, min_count=1)
+    lm.save(tmp_path / "lm.npz")
+    back = WordLM.load(tmp_path / "lm.npz")
+    assert back.vocab == lm.vocab and back.order == 3
+    for s in ("the cat sat on the log", "turn on the fish", "unheard words here"):
+        assert back.sentence_logp(s.split()) == pytest.approx(lm.sentence_logp(s.split()), abs=1e-4)
+    with pytest.raises(ValueError, match="order"):
+        WordLM.build(TEXT, order=4)
+
+
+def test_beam_search_reads_clean_posteriors_and_the_lm_picks_the_word_it_knows() -> None:
+    words = BeamDecoder(LABELS, None, beam=8, beta=0.0).decode(posteriors("turn off the light"))
+    assert [w.text for w in words] == ["turn", "off", "the", "light"]
+    assert [w.start for w in words] == [0, 15, 27, 39]  # 3 frames a character and all(w.end >= w.start for w in words)
+    # the acoustics say "tree", with a trace of an "h" after the "t": the word model knows "three"
+    x = posteriors("tree cats")
+    x[LABELS.index("h"), 2] = -1.0
+    x = log_softmax(x)
+    lm = WordLM.build(TEXT, order=3, min_count=1)
+    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=0.0, beta=0.0).decode(x)] == ["tree", "cats"]
+    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=1.0, beta=0.0).decode(x)] == ["three", "cats"]
+
+
+def test_transcribe_refuses_a_missing_or_foreign_lm_file(tmp_path: Path) -> None:
+    from edgessm.cli import main
+
+    (tmp_path / "x.wav").write_bytes(b"")
+    with pytest.raises(SystemExit, match="no such file"):
+        main(["transcribe", str(tmp_path / "x.wav"), "--lm", str(tmp_path / "none.npz")])
+    np.savez(tmp_path / "other.npz", a=np.zeros(3))
+    with pytest.raises(SystemExit, match="not a word model"):
+        main(["transcribe", str(tmp_path / "x.wav"), "--lm", str(tmp_path / "other.npz")])
