@@ -68,6 +68,13 @@ def _read_cache(path: Path) -> dict[str, float]:
         return {r["path"]: float(r["score"]) for r in csv.DictReader(f) if r.get("score")}
 
 
+def _write_cache(path: Path, cache: dict[str, float]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "score"])
+        w.writerows((k, f"{v:.4f}") for k, v in sorted(cache.items()))
+
+
 def teacher_gate(
     root: Path,
     clips: Sequence[tuple[str, str, str, str]],
@@ -88,22 +95,23 @@ def teacher_gate(
         try:
             if jobs <= 1:
                 results = (_score_batch([(str(root / r), t) for r, t in b]) for b in batches)
-                for b, scores in zip(batches, results, strict=True):
+                for i, (b, scores) in enumerate(zip(batches, results, strict=True)):
                     cache.update({r: s for (r, _), s in zip(b, scores, strict=True)})
                     bar.update(len(b))
+                    if i % 20 == 19:  # saved as it goes: a killed run resumes from here
+                        _write_cache(cache_path, cache)
             else:
                 ctx = multiprocessing.get_context("spawn")
                 with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                     results = pool.map(_score_batch, [[(str(root / r), t) for r, t in b] for b in batches])
-                    for b, scores in zip(batches, results, strict=True):
+                    for i, (b, scores) in enumerate(zip(batches, results, strict=True)):
                         cache.update({r: s for (r, _), s in zip(b, scores, strict=True)})
                         bar.update(len(b))
+                        if i % 20 == 19:
+                            _write_cache(cache_path, cache)
         finally:
             bar.close()
-            with atomic_path(cache_path) as tmp, open(tmp, "w", newline="") as f:
-                w = csv.writer(f)
-                w.writerow(["path", "score"])
-                w.writerows((k, f"{v:.4f}") for k, v in sorted(cache.items()))
+            _write_cache(cache_path, cache)
     report = GateReport(threshold)
     for rel, _, voice, word in clips:
         score = cache[rel]
