@@ -622,3 +622,30 @@ def test_tonal_events_and_ambience_are_reproducible_at_level_and_drawn_by_weight
 def _window_db(x: np.ndarray, n: int = 8000) -> np.ndarray:
     w = x[: len(x) // n * n].reshape(-1, n)
     return 10 * np.log10(np.mean(w.astype(np.float64) ** 2, axis=1) + 1e-20)
+
+
+def test_music_bank_crops_prerendered_music_at_the_asked_level() -> None:
+    from edgessm.data.noise import MusicBank, music_like
+
+    bank = MusicBank(pieces=3, seconds=0.5, seed=1)
+    assert bank.data.shape == (3, 8000) and bank.data.dtype == np.int16
+    piece = np.round(np.clip(music_like(8000, np.random.default_rng([1, 2]), 16000, -20.0), -1, 1) * 32767)
+    assert np.array_equal(bank.data[2], piece.astype(np.int16))  # piece i is music_like from seed [seed, i]
+    x = bank(20000, np.random.default_rng(0), level_dbfs=-30.0)  # longer than a piece: pieces joined
+    assert x.shape == (20000,) and x.dtype == np.float32
+    assert 10 * np.log10(np.mean(x.astype(np.float64) ** 2)) == pytest.approx(-30.0, abs=0.01)
+    a, b = bank(4000, np.random.default_rng(5)), bank(4000, np.random.default_rng(5))
+    assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="pieces >= 1"):
+        MusicBank(pieces=0)
+
+
+def test_augmentation_draws_its_music_from_the_bank_when_given_one(monkeypatch) -> None:
+    from edgessm.data import augment
+    from edgessm.data.noise import MusicBank
+
+    bank = MusicBank(pieces=2, seconds=0.5)
+    monkeypatch.setattr(augment, "music_like", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rendered")))
+    aug = augment.build_clip_augment({"noise_prob": 1.0, "noise": {"music": 1.0, "colored": 0.0}}, music=bank)
+    y = aug(np.zeros(8000, np.float32), np.random.default_rng(0))
+    assert y.shape == (8000,) and np.abs(y).max() > 0

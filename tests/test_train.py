@@ -873,3 +873,22 @@ def test_frame_targets_leave_a_previous_keyword_unsupervised() -> None:
     assert bg[0].tolist() == [1, 0, 0, 1, 1, 0, 0, 0]
     assert bg[1].tolist() == [1, 0, 0, 1, 1, 1, 1, 1]  # a negative example: "no keyword" again after the span
     assert pos[0].tolist() == [0, 0, 0, 0, 0, 0, 0, 1]  # frames that heard past sample 1400
+
+
+def test_music_contexts_come_from_the_music_bank(sc_folder: Path, tmp_path: Path, monkeypatch) -> None:
+    """data.music_pieces = n: music contexts and music noise are crops of n pieces rendered at start."""
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip
+    from edgessm.train import tasks
+
+    path = tmp_path / "sent" / "s0.wav"
+    write_audio(path, (0.1 * np.random.default_rng(0).standard_normal(12000)).astype(np.float32), 16000)
+    clips = [Clip(str(path), speaker="v0", text="where is my notebook", split="train", source="read:test")]
+    task = _kws_task_with_sentences(sc_folder, tmp_path, clips, context_prob=1.0, context_samples=8000,
+                                    music_pieces=2)  # fmt: skip
+    assert task.music is not None and len(task.music) == 2
+    monkeypatch.setattr(tasks, "music_like", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rendered")))
+    for i in range(40):  # kind 1 of the contexts is music: some of these draw it
+        assert task._example("train", i % len(task.train_order), np.random.default_rng(i))["audio"].shape[-1] > 8000

@@ -579,12 +579,14 @@ def draw_noise(
     config: NoiseSourceConfig,
     noise_bank: NoiseBank | None = None,
     babble_speech: SpeechSource | None = None,
+    music: Callable[[int, np.random.Generator], np.ndarray] | None = None,
 ) -> np.ndarray:
     """One ``(length,)`` float32 noise from a source picked by weight among those available, perturbed
-    as ``config`` says (speed, EQ, a second noise summed in)."""
-    noise = _perturbed_noise(length, rng, config, noise_bank, babble_speech)
+    as ``config`` says (speed, EQ, a second noise summed in). ``music``: ``(length, rng) -> clip`` for
+    the music kind (e.g. a :class:`~edgessm.data.noise.MusicBank`; default: rendered anew)."""
+    noise = _perturbed_noise(length, rng, config, noise_bank, babble_speech, music)
     if config.pair_prob and rng.random() < config.pair_prob:
-        other = _perturbed_noise(length, rng, config, noise_bank, babble_speech)
+        other = _perturbed_noise(length, rng, config, noise_bank, babble_speech, music)
         rel = 10 ** (float(rng.uniform(-10.0, 10.0)) / 20)
         noise = noise / (np.sqrt(_power(noise)) + 1e-6) + rel * other / (np.sqrt(_power(other)) + 1e-6)
     if config.eq_prob and rng.random() < config.eq_prob:
@@ -592,18 +594,18 @@ def draw_noise(
     return np.asarray(noise, np.float32)
 
 
-def _perturbed_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
+def _perturbed_noise(length, rng, config, noise_bank, babble_speech, music=None) -> np.ndarray:
     if not (config.speed_prob and rng.random() < config.speed_prob):
-        return _one_noise(length, rng, config, noise_bank, babble_speech)
+        return _one_noise(length, rng, config, noise_bank, babble_speech, music)
     from .audio import resample
 
     factor = _loguniform(rng, config.speed_factors)
-    source = _one_noise(int(np.ceil(length * factor)) + 16, rng, config, noise_bank, babble_speech)
+    source = _one_noise(int(np.ceil(length * factor)) + 16, rng, config, noise_bank, babble_speech, music)
     y = resample(source, round(SAMPLE_RATE * factor), SAMPLE_RATE)[:length]
     return np.pad(y, (0, length - y.shape[0])) if y.shape[0] < length else y
 
 
-def _one_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
+def _one_noise(length, rng, config, noise_bank, babble_speech, music=None) -> np.ndarray:
     weights = np.array(
         [
             config.bank if noise_bank is not None else 0.0,
@@ -625,7 +627,7 @@ def _one_noise(length, rng, config, noise_bank, babble_speech) -> np.ndarray:
     if kind == 2:
         return babble(babble_speech, length, rng, talkers=config.babble_talkers)
     if kind == 3:
-        return music_like(length, rng)
+        return music(length, rng) if music is not None else music_like(length, rng)
     if kind == 4:
         return hum_clicks(length, rng)
     if kind == 5:
@@ -652,10 +654,12 @@ class KwsAugment:
         rir_bank: RirBank | None = None,
         babble_speech: SpeechSource | None = None,
         sr: int = SAMPLE_RATE,
+        music: Callable[[int, np.random.Generator], np.ndarray] | None = None,
     ) -> None:
         self.config = config or KwsAugmentConfig()
         rir_bank = rir_bank if rir_bank is not None else build_rir_bank(self.config.rirs)
         self.noise_bank, self.rir_bank, self.babble_speech, self.sr = noise_bank, rir_bank, babble_speech, sr
+        self.music = music
 
     def __call__(self, audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         cfg = self.config
@@ -668,7 +672,7 @@ class KwsAugment:
         if self.rir_bank is not None and rng.random() < cfg.reverb_prob:
             x = self.rir_bank.apply(x, rng)
         if rng.random() < cfg.noise_prob:
-            noise = draw_noise(t, rng, cfg.noise, self.noise_bank, self.babble_speech)
+            noise = draw_noise(t, rng, cfg.noise, self.noise_bank, self.babble_speech, self.music)
             if _power(x) > _SILENT_POWER:
                 x = add_noise(x, noise, float(rng.uniform(*cfg.snr_db)))
             else:
@@ -735,6 +739,7 @@ def build_clip_augment(
     noises: Sequence[np.ndarray] | None = None,
     *,
     babble_speech: SpeechSource | None = None,
+    music: Callable[[int, np.random.Generator], np.ndarray] | None = None,
 ) -> KwsAugment | None:
     """A :class:`KwsAugment` from a config's ``[augment]`` table (keys of :class:`KwsAugmentConfig`),
     or ``None`` when the table is empty.
@@ -745,7 +750,8 @@ def build_clip_augment(
     if not settings:
         return None
     bank = NoiseBank.wrap(noises) if noises is not None and len(noises) else None
-    return KwsAugment(config_from_dict(KwsAugmentConfig, settings), noise_bank=bank, babble_speech=babble_speech)
+    return KwsAugment(config_from_dict(KwsAugmentConfig, settings), noise_bank=bank, babble_speech=babble_speech,
+                      music=music)  # fmt: skip
 
 
 def build_denoise_mixer(

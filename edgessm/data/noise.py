@@ -443,6 +443,35 @@ def _loud_clip(draw: Callable[[np.random.Generator], np.ndarray], rng: np.random
     raise ValueError("babble: 100 speech clips in a row were empty or silent")
 
 
+class MusicBank:
+    """Procedural music rendered once and cropped at random: ``pieces`` pieces of ``seconds`` each
+    (:func:`music_like`, piece ``i`` from seed ``[seed, i]``), held as int16.
+
+    ``bank(length, rng, level_dbfs)`` costs a crop instead of a rendering: for a training loader that
+    draws music for many examples (a KWS example's music context took ~60% of its CPU time). Longer
+    requests join pieces end to end."""
+
+    def __init__(self, pieces: int = 256, seconds: float = 8.0, seed: int = 0, sr: int = SAMPLE_RATE) -> None:
+        if pieces < 1 or seconds <= 0:
+            raise ValueError(f"a music bank needs pieces >= 1 and seconds > 0, got {pieces} and {seconds}")
+        n = int(seconds * sr)
+        pieces_f = (music_like(n, np.random.default_rng([seed, i]), sr, -20.0) for i in range(pieces))
+        self.data = np.stack([np.round(np.clip(x, -1, 1) * 32767).astype(np.int16) for x in pieces_f])
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    def __call__(self, length: int, rng: np.random.Generator, level_dbfs: float = -20.0) -> np.ndarray:
+        """``(length,)`` float32 of a random piece (more joined when longer) at ``level_dbfs`` RMS."""
+        parts, filled = [], 0
+        while filled < length:
+            piece = self.data[int(rng.integers(len(self)))]
+            start = int(rng.integers(0, piece.shape[0])) if not parts else 0
+            parts.append(piece[start : start + length - filled])
+            filled += parts[-1].shape[0]
+        return _to_level(np.concatenate(parts).astype(np.float32) / 32767.0, level_dbfs)
+
+
 def _to_level(x: np.ndarray, level_dbfs: float) -> np.ndarray:
     power = float(np.mean(np.square(x, dtype=np.float64))) if x.size else 0.0
     if power <= _SILENT_POWER:

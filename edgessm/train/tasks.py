@@ -33,7 +33,7 @@ from edgessm.data.audio import SAMPLE_RATE, dynamic_range_db, speech_bounds, spe
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
 from edgessm.data.manifest import Clip, assign_split, read_manifest
-from edgessm.data.noise import music_like
+from edgessm.data.noise import MusicBank, music_like
 from edgessm.data.store import AudioStore
 from edgessm.data.text import CharTokenizer, edit_distance
 from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords, stream_background_speaker
@@ -219,6 +219,10 @@ class KwsData:
     # until ``head window`` after its end are left unsupervised; the frame loss's "no keyword" holds
     # before and after them.
     context_keyword_prob: float = 0.0
+    # music (contexts and the augmentation's music noise) from this many pieces of procedural music
+    # rendered once (8 s each, noise.MusicBank) instead of anew for every example: half of an example's
+    # CPU time, which bounds GPU runs; 0 renders anew (kws35 v6 and before)
+    music_pieces: int = 0
 
 
 class KwsTask(Task):
@@ -295,7 +299,8 @@ class KwsTask(Task):
                               "the sources (the synthetic corpus has them: synth:default)")  # fmt: skip
         self.sentences = AudioStore(sentences) if wants_sentences else None
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
-        self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble)
+        self.music = MusicBank(self.data.music_pieces, seed=self.cfg.train.seed) if self.data.music_pieces else None
+        self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble, music=self.music)
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
         self.keyword_train = [i for i, (_, lab) in enumerate(splits["train"])
                               if self.labels[lab] not in (UNKNOWN, SILENCE)]  # fmt: skip
@@ -321,7 +326,8 @@ class KwsTask(Task):
                 out[pos : pos + len(x)] = x
                 pos += len(x) + int(r.uniform(0.05, 0.8) * SAMPLE_RATE)
         elif kind == 1:
-            out = music_like(n, r, level_dbfs=r.uniform(-40, -20))
+            level = r.uniform(-40, -20)
+            out = self.music(n, r, level) if self.music is not None else music_like(n, r, level_dbfs=level)
         elif kind == 2 and self.noises is not None and len(self.noises):
             x = self.noises.random_crop(int(r.integers(len(self.noises))), n, r)
             out = (x * 10 ** (r.uniform(-50, -20) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)).astype(np.float32)
@@ -972,16 +978,17 @@ class _DrawClip:
         return self.store[int(rng.integers(len(self.store)))]
 
 
-def build_augment(settings: dict[str, Any], noises: AudioStore | None, babble_speech=None):
+def build_augment(settings: dict[str, Any], noises: AudioStore | None, babble_speech=None, music=None):
     """An ``(audio, rng) -> audio`` callable from the ``[augment]`` section, or ``None``.
 
-    ``babble_speech``: the babble noise source's speech, ``rng -> clip`` (without it, its weight is skipped).
+    ``babble_speech``: the babble noise source's speech, ``rng -> clip`` (without it, its weight is skipped);
+    ``music``: ``(length, rng) -> clip`` for the music noise (default: rendered anew).
     """
     if not settings:
         return None
     from edgessm.data import augment
 
-    return augment.build_clip_augment(_resolve(settings), noises, babble_speech=babble_speech)
+    return augment.build_clip_augment(_resolve(settings), noises, babble_speech=babble_speech, music=music)
 
 
 def build_denoise_mixer(settings: dict[str, Any]):
