@@ -30,7 +30,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 QUIET_PIP := sed -u '/^WARNING: Location .* is ignored/d'
 
 
-.PHONY: setup system venv test lint bench demo clean-venv
+.PHONY: music setup system venv test lint bench demo clean-venv
 
 setup: system venv $(VENV)/.deps-$(KEY)
 
@@ -54,6 +54,11 @@ system:
 	  echo "installing system packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+
+# real music for training (edgessm.data.music; 585 MB, not needed by the tests or the runtime)
+MUSIC_PACKAGES := warzone2100-music ufoai-music wesnoth-1.16-music nexuiz-music singularity-music
+music:
+	$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(MUSIC_PACKAGES)
 
 venv: $(DEPS)/.complete
 

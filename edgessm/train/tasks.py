@@ -13,7 +13,8 @@ better). Data sources are strings:
 * ``folder:DIR`` -- any folder tree of audio (clean speech for denoising);
 * ``manifest:CSV`` -- a manifest (e.g. a synthetic corpus, ``edgessm synth``);
 * ``pack:DIR`` -- a data pack (``edgessm pack``: a recipe's clips, compressed to travel) and its noises;
-* ``noise:DIR`` / ``shared:noise`` -- noise recordings.
+* ``noise:DIR`` / ``shared:noise`` -- noise recordings;
+* ``music:train`` (``validation``, ``test``) -- real music of free-licensed soundtracks (:mod:`edgessm.data.music`).
 """
 
 from __future__ import annotations
@@ -94,8 +95,12 @@ def noise_paths(specs: list[str]) -> list[str]:
             paths += [str(p) for p in corpora.audio_files(arg)]
         elif kind == "pack":
             paths += [str(p) for p in corpora.audio_files(Path(arg).expanduser() / "noise")]
+        elif kind == "music":
+            from edgessm.data.music import music_tracks
+
+            paths += [str(p) for p in music_tracks(arg or "train")]
         else:
-            raise ValueError(f"unknown noise source {spec!r} (use shared:noise, noise:DIR or pack:DIR)")
+            raise ValueError(f"unknown noise source {spec!r} (use shared:noise, noise:DIR, pack:DIR or music:SPLIT)")
     return paths
 
 
