@@ -99,7 +99,10 @@ def test_pack_references_name_samples_of_a_shard(tmp_path: Path) -> None:
     clips = [Clip(str(tmp_path / f"{i}.wav"), speaker=f"s{i}", label="yes", split="train") for i in range(3)]
     for i, c in enumerate(clips):
         write_audio(c.path, (0.3 * np.sin(2 * np.pi * 300 * (i + 1) * t[: 4000 * (i + 1)])).astype(np.float32), SR)
-    pack.write_pack(tmp_path / "p", clips, shards=2, progress=False)
+    noise = tmp_path / "long_noise.wav"
+    write_audio(noise, (0.1 * np.random.default_rng(0).normal(size=5 * SR)).astype(np.float32), SR)
+    pack.write_pack(tmp_path / "p", clips, shards=2, progress=False, noises=[str(noise)], noise_max_s=2.0)
+    assert len(load_audio(tmp_path / "p" / "noise" / "000_long_noise.ogg")[0]) == 2 * SR  # its middle 2 s
     back = pack.read_pack(tmp_path / "p")
     assert [pack.read_ref(c.path).shape[0] for c in back] == [4000, 8000, 12000]
     assert [(c.speaker, c.label, c.split) for c in back] == [(c.speaker, c.label, c.split) for c in clips]

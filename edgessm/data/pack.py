@@ -112,6 +112,7 @@ def write_pack(
     shards: int = 16,
     info: dict | None = None,
     progress: bool = True,
+    noise_max_s: float = 0.0,
 ) -> dict:
     """Write a pack of ``clips`` (and ``noises``, ``rirs``) to the folder ``out``.
 
@@ -123,6 +124,7 @@ def write_pack(
         level: libsndfile's Opus compression level (see :data:`DEFAULT_LEVEL`).
         shards: number of shard files (decoded in parallel on the training machine).
         info: more facts for ``pack.json`` (e.g. the recipe).
+        noise_max_s: keep at most this many seconds of each noise recording (its middle; 0: whole).
 
     Returns:
         the summary written to ``pack.json``.
@@ -166,6 +168,9 @@ def write_pack(
         (out / "noise").mkdir()
         for i, p in enumerate(noises):
             x, _ = load_audio(p, SAMPLE_RATE)
+            keep = int(noise_max_s * SAMPLE_RATE)
+            if keep and len(x) > keep:
+                x = x[(len(x) - keep) // 2 : (len(x) + keep) // 2]
             _encode(out / "noise" / f"{i:03d}_{Path(p).stem}.ogg", x, level)
     if len(rirs):
         (out / "rirs").mkdir()

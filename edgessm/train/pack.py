@@ -37,6 +37,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--margin", type=float, default=0.15, help="seconds kept around a keyword clip's speech")
     ap.add_argument("--level", type=float, default=DEFAULT_LEVEL, help="Opus compression level, 0 (best) to 1")
     ap.add_argument("--shards", type=int, default=16, help="shard files (decoded in parallel when training)")
+    ap.add_argument("--noise-max-s", type=float, default=0.0,
+                    help="keep at most this many seconds of each noise recording, its middle (0: whole)")  # fmt: skip
+    ap.add_argument("--noise-max-s", type=float, default=0.0,
+                    help="keep at most this many seconds of each noise recording, its middle (0: whole)")  # fmt: skip
 
 
 def parse_keep(items: list[str]) -> list[tuple[str, float]]:
@@ -108,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
         rirs = recipe_rirs(cfg)
         max_samples = 2 * int(getattr(task.data, "clip_samples", SAMPLE_RATE))
         info = {"recipe": args.config, "overrides": args.overrides, "keep": args.keep, "keep_seed": args.keep_seed,
-                "margin_s": args.margin}  # fmt: skip
+                "margin_s": args.margin, "noise_max_s": args.noise_max_s}  # fmt: skip
         summary = write_pack(args.out, clips, trim_keyword(args.margin, max_samples), noises, rirs, args.level,
-                             args.shards, info=info)  # fmt: skip
+                             args.shards, info=info, noise_max_s=args.noise_max_s)  # fmt: skip
     except (FileNotFoundError, FileExistsError, ValueError, CorpusError) as e:
         raise SystemExit(f"edgessm pack: {e}") from None
     hours = sum(summary["hours"].values())
