@@ -342,9 +342,9 @@ class Trainer:
                 items += cfg.train.batch_size
                 if stop_after is not None and self.step >= stop_after:
                     self._stop = True
-                fitted = clock.fit(self.step)
-                if fitted is not None and fitted < self.total_steps:
-                    self.total_steps = self._min(max(self.step + 1, fitted))
+                fitted = clock.fit(self.step)  # every process at the same step: all reach _min together
+                if fitted is not None and (fitted := self._min(max(self.step + 1, fitted))) < self.total_steps:
+                    self.total_steps = fitted
                     if self.rank == 0:
                         print(f"\ntrain.time_limit_min {cfg.train.time_limit_min:g}: {clock.rate:.2f} steps/s, the run "
                               f"ends at step {self.total_steps} (schedule included)", flush=True)  # fmt: skip
