@@ -39,8 +39,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--shards", type=int, default=16, help="shard files (decoded in parallel when training)")
     ap.add_argument("--noise-max-s", type=float, default=0.0,
                     help="keep at most this many seconds of each noise recording, its middle (0: whole)")  # fmt: skip
-    ap.add_argument("--noise-max-s", type=float, default=0.0,
-                    help="keep at most this many seconds of each noise recording, its middle (0: whole)")  # fmt: skip
 
 
 def parse_keep(items: list[str]) -> list[tuple[str, float]]:
