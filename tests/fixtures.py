@@ -181,3 +181,26 @@ BAD_FILES = {
     "missing": r"missing\.wav: no such file \(check the path\)",
     "cut": r"cut\.wav ends early: its header promises 3\.00 s of audio but it holds 0\.62 s .*get the whole file again",
 }
+
+
+def tiny_kws_toml(path: Path, sc_folder: Path, steps: int, extra: str = "") -> Path:
+    """A tiny keyword-spotting config over a :func:`speech_commands_folder` (``extra``: more TOML tables)."""
+    path.write_text(
+        f"""task = "kws"
+[model]
+channels = [4, 8]
+states = [4, 8]
+kinds = ["full", "pointwise"]
+pools = [4, 4]
+[data]
+words = "sc10"
+sources = ["speech_commands:{sc_folder}"]
+noise = ["noise:{sc_folder / "_background_noise_"}"]
+clip_samples = 8192
+{extra}[train]
+steps = {steps}
+batch_size = 4
+workers = 0
+"""
+    )
+    return path

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures import SR, speech_commands_folder, write_audio
+from fixtures import SR, speech_commands_folder, tiny_kws_toml, write_audio
 
 from edgessm.cli import main
 from edgessm.data import pack
@@ -24,30 +24,8 @@ def _recipe(tmp_path: Path, sc: Path) -> Path:
     rirs = tmp_path / "rirs"
     decay = np.exp(-np.arange(1600) / 200.0) * np.random.default_rng(1).normal(size=1600)
     write_audio(rirs / "room.wav", (0.5 * decay / np.abs(decay).max()).astype(np.float32), SR)
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(
-        f"""task = "kws"
-[model]
-channels = [4, 8]
-states = [4, 8]
-kinds = ["full", "pointwise"]
-pools = [4, 4]
-[data]
-words = "sc10"
-sources = ["speech_commands:{sc}"]
-noise = ["noise:{sc / "_background_noise_"}"]
-clip_samples = 8192
-[augment]
-reverb_prob = 0.5
-[augment.rirs]
-measured = "{rirs}"
-[train]
-steps = 4
-batch_size = 4
-workers = 0
-"""
-    )
-    return cfg
+    extra = f'[augment]\nreverb_prob = 0.5\n[augment.rirs]\nmeasured = "{rirs}"\n'
+    return tiny_kws_toml(tmp_path / "tiny.toml", sc, steps=4, extra=extra)
 
 
 def test_a_pack_holds_the_recipes_clips_and_trains_the_same_task(tmp_path: Path, capsys) -> None:
@@ -153,7 +131,7 @@ def test_a_recognizer_pack_keeps_transcripts_and_leaves_out_the_test_speakers(tm
     recipe = {"task": "asr", "model": {"channels": [8], "states": [4], "kinds": ["full"], "pools": [16]},
               "data": {"sources": [f"librispeech:{root}"], "validation_pct": 30.0, "test_pct": 30.0}}  # fmt: skip
     task = build_task(TrainConfig.from_dict(recipe))
-    every = task._utterances()
+    every = task.utterances()
     chosen = task.packed_clips()
     assert {c.split for c in chosen} == {"train", "validation"}
     assert len(chosen) == sum(task.split(c) in ("train", "validation") for c in every) < len(every)

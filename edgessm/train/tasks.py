@@ -124,13 +124,6 @@ def _crop_or_place(x: np.ndarray, length: int, rng: np.random.Generator | None) 
     return out
 
 
-def _random_crop(x: np.ndarray, length: int, rng: np.random.Generator) -> np.ndarray:
-    if len(x) < length:
-        x = np.tile(x, math.ceil(length / max(1, len(x))) + 1)
-    start = int(rng.integers(0, len(x) - length + 1))
-    return x[start : start + length]
-
-
 class Task:
     """Interface of a training task."""
 
@@ -651,7 +644,7 @@ class DenoiseTask(Task):
         else:
             length = self.data.val_samples or self.data.segment_samples
             clean = _crop_or_place(self._joined_val(index, length), length, r)
-            noise = _random_crop(self.noise_val[int(r.integers(len(self.noise_val)))], length, r)
+            noise = self.noise_val.random_crop(int(r.integers(len(self.noise_val))), length, r)
             noisy, target = self.mix_val(clean, noise, r)
         return {"noisy": noisy.astype(np.float32)[None], "clean": target.astype(np.float32)[None]}
 
@@ -801,18 +794,19 @@ class CtcTask(Task):
     def split(self, clip: Clip) -> str:
         return assign_split(clip, self.data.validation_pct, self.data.test_pct)
 
-    def _utterances(self) -> list[Clip]:
+    def utterances(self) -> list[Clip]:
+        """Every transcribed utterance of the recipe's sources (all splits)."""
         return [c for c in load_sources(list(self.data.sources)) if c.text and not c.text.startswith("_")]
 
     def packed_clips(self) -> list[Clip]:
         """The clips a data pack of this recipe holds (:mod:`edgessm.data.pack`): the transcribed training
         and validation utterances, split fixed; the held-out test speakers stay out."""
-        return [replace(c, split=s) for c in self._utterances() if (s := self.split(c)) in ("train", "validation")]
+        return [replace(c, split=s) for c in self.utterances() if (s := self.split(c)) in ("train", "validation")]
 
     def _prepare(self) -> None:
         if self._prepared:
             return
-        clips = self._utterances()
+        clips = self.utterances()
         if not clips:
             raise CorpusError("no transcribed utterances found in the data sources")
         by_split: dict[str, list[Clip]] = {"train": [], "validation": []}
