@@ -20,7 +20,7 @@ def _signal(n: int, seed: int = 0) -> np.ndarray:
     return (0.3 * rng.normal(size=n)).astype(np.float32)
 
 
-@pytest.mark.parametrize("kind", ["depthwise", "pointwise", "bottleneck", "full"])
+@pytest.mark.parametrize("kind", ["depthwise", "pointwise", "bottleneck", "full", "rtf"])
 @pytest.mark.parametrize("chunk", [1, 160])
 def test_every_block_kind_exports_exactly(kind: str, chunk: int, tmp_path) -> None:
     torch.manual_seed(0)

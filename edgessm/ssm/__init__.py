@@ -4,7 +4,9 @@ Modules:
     discretize  diagonal modes, S4D-Lin initialisation, ZOH transition, powers of Ā
     kernels     kernel generation without materialising basis kernels (the paper's get_kernel)
     fftconv     causal FFT convolution, the bottleneck contraction planner and its FLOP model
-    blocks      depthwise (S4D), pointwise bottleneck (S5), bottleneck and full SSM blocks; make_ssm
+    blocks      depthwise (S4D), pointwise bottleneck (S5), bottleneck and full SSM blocks
+    rtf         the rational transfer function block (RTF): state-free FFT kernel, direct-form streaming
+    factory     every block kind by name: make_ssm
     hankel      the Hankel spectral basis of ES-SSM (float64, cached)
     distill     SpectraLDS: the Hankel filters distilled into a prefix-nested decaying LDS
     essm        the elastic spectral SSM (ES-SSM): gate, runtime budget, budget dropout, FIR/LDS streaming
@@ -14,21 +16,14 @@ Modules:
     stream      the streaming contract (``forward`` beside ``step``), counts, helpers
 """
 
-from .blocks import (
-    BLOCK_KINDS,
-    SSM_KINDS,
-    BottleneckSSM,
-    DepthwiseSSM,
-    FullSSM,
-    PointwiseBottleneckSSM,
-    SSMLayer,
-    make_ssm,
-)
+from .blocks import BottleneckSSM, DepthwiseSSM, FullSSM, PointwiseBottleneckSSM, SSMLayer
 from .essm import BudgetDropout, ElasticBudget, ElasticSpectralSSM, sample_train_budget, set_budget
+from .factory import BLOCK_KINDS, SSM_KINDS, make_ssm
 from .fftconv import Plan, bottleneck_flops, causal_conv, cheapest_plan, plan_bottleneck
 from .filterbank import FilterbankFront
 from .resample import AvgPool, CausalDepthwiseConv, DownConv, UpConv
 from .residual import CentaurusBlock, ChannelNorm, trainable_parameters
+from .rtf import RationalSSM
 from .stream import Counts, Streamable, StreamSequential, flops_per_second, run_chunked
 
 __all__ = [
@@ -49,6 +44,7 @@ __all__ = [
     "FullSSM",
     "Plan",
     "PointwiseBottleneckSSM",
+    "RationalSSM",
     "SSMLayer",
     "StreamSequential",
     "Streamable",

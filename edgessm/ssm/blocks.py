@@ -41,7 +41,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .discretize import DiagonalModes, auditory_modes, dt_grid, powers, s4d_imag
-from .essm import ElasticSpectralSSM
 from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, plan_bottleneck
 from .kernels import modal_kernel
 from .precision import float32_island
@@ -165,6 +164,35 @@ class SSMLayer(Streamable):
         g = blocks.transpose(-3, -2).reshape(*wr.shape[:-1], (p + 1) * 2 * wr.shape[-1], (p + 1) * 2 * wr.shape[-1])
         return {"Wu": torch.cat([inputs, toeplitz.transpose(-1, -2)], dim=-1), "G": g, "R": out}
 
+    def _dense_constants(self, phi: Tensor, gamma: Tensor, psi: Tensor, d: Tensor, length: int) -> dict[str, Tensor]:
+        """Step constants of a real state space with a dense transition, per group, in the same layout as
+        :meth:`_modal_constants` (so :meth:`_scan` advances it unchanged).
+
+        Row-vector convention with the readout *before* the update (a strictly proper part plus ``d``):
+        ``x[t] = x[t-1] Φ + u[t] γ``, ``y[t] = x[t-1] ψ + d u[t]``; the kernel is ``k[0] = d``,
+        ``k[l] = γ Φ^{l-1} ψ``. Shapes: ``phi (*G, K, K)``, ``gamma, psi (*G, K)``, ``d (*G,)``.
+        """
+        s = self.sub_chunk(length)
+        rows = _orbit(phi, gamma, s + 1)  # γ Φ^t: (*G, S + 1, K)
+        cols = _orbit(phi.transpose(-1, -2), psi, s + 1)  # (Φ^t ψ)^T: (*G, S + 1, K)
+        kernel = torch.cat([d.unsqueeze(-1), (rows[..., : s - 1, :] * psi.unsqueeze(-2)).sum(-1)], dim=-1)
+        toeplitz_t = causal_toeplitz(kernel).transpose(-1, -2)  # [s, t] = k[t - s]: (*G, S, S)
+        out = cols[..., :s, :].transpose(-1, -2)  # x -> y[t] = x Φ^t ψ: (*G, K, S)
+        inputs = rows[..., :s, :].flip(-2)  # u[s] -> x_new: γ Φ^{S-1-s}: (*G, S, K)
+        if s == length:
+            top = torch.cat([out, torch.linalg.matrix_power(phi, s)], dim=-1)
+            return {"W": torch.cat([top, torch.cat([toeplitz_t, inputs], dim=-1)], dim=-2)}
+        p, k = length // s, int(phi.shape[-1])
+        step = torch.linalg.matrix_power(phi, s)
+        pw = [torch.eye(k, dtype=phi.dtype, device=phi.device).expand_as(phi)]
+        for _ in range(p):
+            pw.append(pw[-1] @ step)  # Φ^{jS}, j = 0..P
+        zero = torch.zeros_like(phi)
+        g = torch.cat(  # block [q, p] = Φ^{(p - q) S} for q <= p: [x | Z_0 .. Z_{P-1}] -> [X_0 .. X_P]
+            [torch.cat([pw[c - r] if c >= r else zero for c in range(p + 1)], dim=-1) for r in range(p + 1)], dim=-2
+        )
+        return {"Wu": torch.cat([inputs, toeplitz_t], dim=-1), "G": g, "R": out}
+
     @staticmethod
     def _scan(
         x: Tensor, u: Tensor, c: dict[str, Tensor], u_lead: tuple[int, ...] | None = None
@@ -206,6 +234,15 @@ def _grouped_vecmat(z: Tensor, w: Tensor, shape: tuple[int, ...]) -> Tensor:
     groups = math.prod(int(d) for d in w.shape[:-2])
     weight = w.reshape(groups, k, c).transpose(1, 2).reshape(groups * c, k, 1)
     return F.conv1d(z.reshape(int(z.shape[0]), groups * k, 1), weight, groups=groups).reshape(shape)
+
+
+def _orbit(phi: Tensor, v: Tensor, count: int) -> Tensor:
+    """``v Φ^t`` for ``t < count`` by doubling: ``v (*G, K)``, ``phi (*G, K, K)`` -> ``(*G, count, K)``."""
+    out, power = v.unsqueeze(-2), phi
+    while int(out.shape[-2]) < count:
+        out = torch.cat([out, out @ power], dim=-2)
+        power = power @ power
+    return out[..., :count, :]
 
 
 def _complex_matrix(re: Tensor, im: Tensor) -> Tensor:
@@ -475,32 +512,3 @@ class BottleneckSSM(_ProjectedSSM):
     def counts(self) -> Counts:
         h, j, n, m = self.h_in, self.h_out, self.n_states, self.n_sub
         return Counts(h * n + 3 * n * m + j * n, 2 * h * n + 9 * n * m + 2 * j * n)  # Table 3: bottleneck
-
-
-SSM_KINDS: dict[str, type[SSMLayer]] = {
-    "depthwise": DepthwiseSSM,
-    "pointwise": PointwiseBottleneckSSM,
-    "bottleneck": BottleneckSSM,
-    "full": FullSSM,
-}
-
-
-BLOCK_KINDS: tuple[str, ...] = (*SSM_KINDS, "essm")  # every kind make_ssm builds
-
-
-def make_ssm(
-    kind: str, h_in: int, h_out: int, n_states: int, n_sub: int = 4, **kwargs
-) -> SSMLayer | ElasticSpectralSSM:
-    """Build an SSM block by name: ``depthwise``, ``pointwise`` (S5), ``bottleneck``, ``full`` or ``essm``.
-
-    ``essm`` is the elastic spectral SSM (:class:`~.essm.ElasticSpectralSSM`) with ``K̄ = n_states`` spectral
-    channels; ``kwargs`` are its options (``length``, ``mode``, ``gate``, ``budget_dropout``, ...); ``n_sub``
-    is ignored.
-    """
-    if kind == "essm":
-        return ElasticSpectralSSM(h_in, h_out, k_max=n_states, **kwargs)
-    if kind not in SSM_KINDS:
-        raise ValueError(f"unknown SSM kind {kind!r}; choose one of {sorted(BLOCK_KINDS)}")
-    if kind == "bottleneck":
-        return BottleneckSSM(h_in, h_out, n_states, n_sub, **kwargs)
-    return SSM_KINDS[kind](h_in, h_out, n_states, **kwargs)

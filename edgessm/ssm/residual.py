@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .blocks import SSMLayer, make_ssm
+from .blocks import SSMLayer
 from .essm import ElasticSpectralSSM
+from .factory import make_ssm
 from .resample import CausalDepthwiseConv
 from .stream import Counts, State, Streamable
 
@@ -58,7 +59,7 @@ class CentaurusBlock(Streamable):
     """One residual SSM block.
 
     Args:
-        kind: SSM block kind (``depthwise``, ``pointwise``, ``bottleneck``, ``full``, or ``essm``: the elastic
+        kind: SSM block kind (``depthwise``, ``pointwise``, ``bottleneck``, ``full``, ``rtf``, or ``essm``: the elastic
             spectral SSM with ``K̄ = n_states`` channels and its options in ``ssm_kwargs``).
         h_in, h_out: channels in and out.
         n_states: states N (per channel for depthwise/full, state blocks for bottlenecks).
