@@ -704,11 +704,13 @@ class DenoiseAugment:
         noise_bank: NoiseBank | None = None,
         rir_bank: RirBank | None = None,
         babble_speech: SpeechSource | None = None,
+        music: Callable[[int, np.random.Generator], np.ndarray] | None = None,
         sr: int = SAMPLE_RATE,
     ) -> None:
         self.config = config or DenoiseAugmentConfig()
         rir_bank = rir_bank if rir_bank is not None else build_rir_bank(self.config.rirs)
         self.noise_bank, self.rir_bank, self.babble_speech, self.sr = noise_bank, rir_bank, babble_speech, sr
+        self.music = music  # the music kind's source, ``(length, rng) -> clip`` (None: procedural)
 
     def __call__(
         self, clean: np.ndarray, rng: np.random.Generator, noise: np.ndarray | None = None
@@ -721,7 +723,7 @@ class DenoiseAugment:
             target = {"early": early, "dry": speech, "reverberant": reverberant}[cfg.reverb_target]
             speech = reverberant
         if noise is None:
-            noise = draw_noise(speech.shape[0], rng, cfg.noise, self.noise_bank, self.babble_speech)
+            noise = draw_noise(speech.shape[0], rng, cfg.noise, self.noise_bank, self.babble_speech, self.music)
         noisy, target = mix_for_denoising(
             speech, noise, rng, cfg.snr_db, cfg.level_dbfs, target=target, max_peak=cfg.max_peak
         )

@@ -533,6 +533,13 @@ class DenoiseData:
     pause_s: tuple[float, float] = (0.05, 0.6)
     word_level_db: float = 6.0
     min_dynamic_range_db: float = 30.0  # word clips with less are skipped: their own noise would be a target
+    # Babble talkers (`[augment.noise] babble`): the training-split speakers of these sources (e.g. the real
+    # sentences and wake phrases); empty: the clean training clips themselves (mostly synthetic voices).
+    babble_sources: tuple[str, ...] = ()
+    # Recorded music for the `music` noise kind (e.g. ["music:train"], free game soundtracks; `make music`),
+    # each track's loudest `music_max_s` seconds kept in memory; empty: procedural music (noise.music_like).
+    music_sources: tuple[str, ...] = ()
+    music_max_s: float = 60.0
 
 
 def _aligned(net: nn.Module, est: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
@@ -540,6 +547,16 @@ def _aligned(net: nn.Module, est: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
     (output ``t`` stands for input ``t - delay``); unchanged for a sample-aligned network."""
     delay = int(getattr(getattr(net, "module", net), "delay", 0))
     return (est[..., delay:], ref[..., : ref.shape[-1] - delay]) if delay else (est, ref)
+
+
+class _BankSampler:
+    """``(length, rng) -> (length,)`` crop of a random recording of a noise bank (picklable, for loaders)."""
+
+    def __init__(self, bank) -> None:
+        self.bank = bank
+
+    def __call__(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        return self.bank.sample(length, rng)
 
 
 class DenoiseTask(Task):
@@ -557,7 +574,6 @@ class DenoiseTask(Task):
             return
         from edgessm.data import augment
         from edgessm.data.noise import NoiseBank
-        from edgessm.data.store import ClipDrawer
 
         clips = load_sources(list(self.data.sources))
         if self.data.min_words:  # isolated words in silence are not the speech a denoiser hears
@@ -591,11 +607,36 @@ class DenoiseTask(Task):
         self.augment = augment.DenoiseAugment(
             augment.config_from_dict(augment.DenoiseAugmentConfig, settings),
             noise_bank=NoiseBank.wrap(self.noise_train, [Path(p).name for p in train_noise]),
-            babble_speech=ClipDrawer(self.clean, range(len(train))),
+            babble_speech=self._babble_speech(len(train)),
+            music=self._recorded_music(),
         )
         # validation pairs: the held-out noise recording, the same SNR/level mixing, no masking or reverb
         self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
         self._prepared = True
+
+    def _babble_speech(self, n_train: int):
+        """Talkers for babble: the training speakers of ``babble_sources``, else the clean training clips."""
+        from edgessm.data.store import ClipDrawer
+
+        if not self.data.babble_sources:
+            return ClipDrawer(self.clean, range(n_train))
+        clips = [c for c in load_sources(list(self.data.babble_sources))
+                 if assign_split(c, self.data.validation_pct, self.data.test_pct) == "train"]  # fmt: skip
+        if not clips:
+            raise CorpusError(f"no training-speaker clips in data.babble_sources {list(self.data.babble_sources)}")
+        return ClipDrawer(AudioStore([c.path for c in clips], progress=True, cache=True))
+
+    def _recorded_music(self):
+        """``(length, rng) -> crop`` of the ``music_sources`` recordings, or ``None`` (procedural music)."""
+        from edgessm.data.noise import NoiseBank
+
+        if not self.data.music_sources:
+            return None
+        paths = noise_paths(list(self.data.music_sources))
+        if not paths:
+            raise CorpusError(f"data.music_sources {list(self.data.music_sources)} hold no recordings (`make music`)")
+        store = AudioStore(paths, max_samples=int(self.data.music_max_s * SAMPLE_RATE), progress=True, cache=True)
+        return _BankSampler(NoiseBank.wrap(store, [Path(p).name for p in paths]))
 
     def _prepare_words(self) -> None:
         """The training speakers' clean word clips of ``word_sources`` (validation and test speakers and
