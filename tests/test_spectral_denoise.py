@@ -30,7 +30,9 @@ def test_arch_picks_the_network_and_unknown_ones_are_refused() -> None:
         build_network("denoise", **{**SMALL, "fine_bins": 40})
 
 
-@pytest.mark.parametrize("over", [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}])
+@pytest.mark.parametrize(
+    "over", [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}, {"df_order": 3, "df_bins": 6}, {"df_order": 1}]
+)
 def test_stream_equals_parallel_for_any_chunking(over: dict) -> None:
     net = _net(**over)
     x = 0.1 * torch.randn(2, 1, 32 * 60)
@@ -161,3 +163,63 @@ def test_forward_with_gains_returns_the_gains_the_output_was_made_with() -> None
         net.head.weight.zero_()
         net.head.bias.fill_(-40.0)  # all gains ~0: silence out
         assert net(x).abs().max() < 1e-9
+
+
+def test_deep_filter_reads_earlier_frames_of_its_bins_only() -> None:
+    """With every gain at 0 and the filter fixed to ``d_{t,1} = 1`` (one frame back), the enhanced spectrum
+    is the previous frame in the deep-filter bins and silence above them; it starts switched off."""
+    fresh = build_network("denoise", **{**SMALL, "df_order": 2, "df_bins": 5})
+    assert fresh.df_head.weight.abs().max() == 0 and fresh.df_head.bias.abs().max() == 0
+    net = _net(df_order=2, df_bins=5)
+    f, bins = 5, net.bins
+    with torch.no_grad():
+        net.head.weight.zero_()
+        net.head.bias.fill_(-40.0)
+        net.df_head.weight.zero_()
+        net.df_head.bias.zero_()
+        net.df_head.bias[2 * f : 3 * f] = 20.0  # channels [k][re, im][bin]: k = 1, real part, tanh(20) = 1
+        x = 0.2 * torch.randn(1, 1, 32 * 12)
+        _, out = net(x, with_spectra=True)
+        spec = net.spectra(x)
+    low = torch.cat([out[..., :f], out[..., bins : bins + f]], -1)
+    earlier = torch.cat([spec[..., :f], spec[..., bins : bins + f]], -1)
+    assert (low[:, 1:] - earlier[:, :-1]).abs().max() < 1e-5 and low[:, 0].abs().max() < 1e-6
+    assert out[..., f:bins].abs().max() < 1e-6 and out[..., bins + f :].abs().max() < 1e-6
+
+
+def test_phase_advance_feature_follows_a_tone() -> None:
+    """A tone at the centre of bin k advances by π k per hop (hop = half the DFT): cos = (-1)^k, sin = 0."""
+    net = _net(df_order=2, df_bins=8)
+    k, n_fft = 3, net.n_fft
+    t = torch.arange(32 * 20, dtype=torch.float32)
+    x = (0.3 * torch.cos(2 * torch.pi * k * t / n_fft)).view(1, 1, -1)
+    with torch.no_grad():
+        spec = net.spectra(x)
+        low = torch.cat([torch.zeros(1, net.df_past, 16), net._low(spec)], dim=1)
+        feats = net._phase_advance(low)  # (1, 2 F, m)
+    assert torch.allclose(feats[0, k, 2:], torch.full_like(feats[0, k, 2:], -1.0), atol=1e-3)
+    assert feats[0, 8 + k, 2:].abs().max() < 1e-3
+
+
+def test_deep_filter_exports_exactly(tmp_path) -> None:
+    from edgessm.deploy.onnx_export import export_onnx
+
+    net = _net(df_order=3, df_bins=6)
+    x = (0.1 * np.random.default_rng(1).normal(size=64 * 40)).astype(np.float32)
+    report = export_onnx(net, tmp_path / "df.onnx", 64, {"task": "denoise"}, [x])
+    assert report.max_abs_error < 1e-4 and not report.unfriendly_ops
+
+
+def test_deep_filter_loss_sees_phase_and_level() -> None:
+    from edgessm.train.tasks import _compressed_error
+
+    torch.manual_seed(0)
+    ref = torch.randn(2, 10, 2 * 17)
+    scale = torch.ones(2, 1, 1)
+    assert float(_compressed_error(ref, ref, 17, 5, scale, 0.3)) < 1e-12
+    assert float(_compressed_error(-ref, ref, 17, 5, scale, 0.3)) > 0.1  # a sign flip: the same magnitudes
+    assert float(_compressed_error(0.5 * ref, ref, 17, 5, scale, 0.3)) > 0.01
+    above = ref.clone()
+    above[..., 5:17] = 0  # bins above the filter's are not its business
+    above[..., 17 + 5 :] = 0
+    assert float(_compressed_error(above, ref, 17, 5, scale, 0.3)) < 1e-12

@@ -65,7 +65,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--calibration-hours", type=float, default=2.0, help="keyword-free audio for --calibrate")
     ap.add_argument("--peers", help="peers scored in the same run: denoisers rnnoise,dfn3 (default both; also oracle, "
-                                    "oracle-wiener: the ideal mask at the spectral network's resolution); recognizers "
+                                    "oracle-wiener: the ideal mask at the spectral network's resolution; oracle-df: "
+                                    "that mask with the clean spectrum in the 32 deep-filter bins); recognizers "
                                     "pocketsphinx (default); 'none' for none")  # fmt: skip
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
     ap.add_argument("--lm", metavar="NPZ",
@@ -190,8 +191,9 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
         latency[f"{name} int8"] = latency[name]
     peers = [p.strip() for p in (args.peers or "rnnoise,dfn3").split(",") if p.strip() and p.strip() != "none"]
     for key in peers:
-        if key in ("oracle", "oracle-wiener"):  # diagnostics: the ideal mask of the shipped layout
-            systems[key] = denoise.oracle_system(mixtures, exponent=1.0 if key == "oracle-wiener" else 0.5)
+        if key in ("oracle", "oracle-wiener", "oracle-df"):  # diagnostics: the ideal mask of the shipped layout
+            exponent = 1.0 if key == "oracle-wiener" else 0.5
+            systems[key] = denoise.oracle_system(mixtures, exponent, exact_bins=32 if key == "oracle-df" else 0)
             latency[key] = latency[name]
             continue
         try:
@@ -206,7 +208,7 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
         r.latency_ms = latency.get(n)
     report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
               "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
-              "speakers": len({m.speaker for m in mixtures}), "seed": args.seed,
+              "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "music": denoise.music_source(),
               "params": int(model.info.extra.get("params", 0)) or None,
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip

@@ -8,8 +8,11 @@ pauses into one ~10 s recording, mixed at a fixed level with noises the model ne
 - ``dude_miaowing``: a real recording held out of training and validation (``test_noise_holdout``);
 - ``running_tap``: the real recording used for validation only;
 - ``babble``: 3-6 talkers drawn from the *other* test speakers (unseen voices);
-- ``music`` and ``hum``: fresh random draws of the procedural music and hum/click generators
-  (their kinds are in training, these draws are not).
+- ``music``: recorded music, the test tracks of the free game soundtracks (``edgessm.data.music``, split
+  by track: never in training or validation; ``make music`` installs them), or, where they are not
+  installed, fresh draws of the procedural music generator (:func:`music_source` says which);
+- ``hum``: fresh draws of the hum/click generator (its kind is in training, these draws are not);
+- ``pink`` and ``white``: Gaussian noise with a 1/f and a flat spectrum.
 
 Noise kind and SNR (-5, 0, 5, 10, 15 dB) cycle together over the mixtures, so every (noise, SNR)
 pair is covered evenly. Metrics (:func:`score`): wideband PESQ, STOI, SI-SDR and its improvement,
@@ -28,11 +31,11 @@ import numpy as np
 from edgessm.data.audio import SAMPLE_RATE, load_audio
 from edgessm.data.corpora import shared_noises, shared_read_speech
 from edgessm.data.manifest import Clip, assign_split
-from edgessm.data.noise import babble, hum_clicks, music_like
+from edgessm.data.noise import babble, colored_noise, hum_clicks, music_like
 
 from .metrics import si_sdr
 
-NOISE_KINDS = ("dude_miaowing", "running_tap", "babble", "music", "hum")
+NOISE_KINDS = ("dude_miaowing", "running_tap", "babble", "music", "hum", "pink", "white")
 SNRS_DB = (-5.0, 0.0, 5.0, 10.0, 15.0)
 METRICS = ("pesq", "stoi", "si_sdr", "si_sdr_i", "dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl")
 
@@ -99,6 +102,26 @@ def _real_noise(name: str) -> np.ndarray:
     raise FileNotFoundError(f"noise recording {name}.wav not found in the shared background noises")
 
 
+def music_source() -> str:
+    """What the ``music`` mixtures hold here: ``"recorded"`` (the soundtracks' test tracks) or ``"procedural"``."""
+    from edgessm.data.music import music_tracks
+
+    return "recorded" if music_tracks("test") else "procedural"
+
+
+def _test_music(mixtures: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One recorded test track per ``music`` mixture (drawn without replacement while they last), decoded
+    only for the mixtures that use one; empty where the soundtracks are not installed."""
+    from edgessm.data.music import music_tracks
+
+    tracks = music_tracks("test")
+    if not tracks:
+        return []
+    count = -(-mixtures // len(NOISE_KINDS))
+    order = [tracks[i] for i in rng.permutation(len(tracks))]
+    return [load_audio(order[i % len(order)], SAMPLE_RATE)[0] for i in range(count)]
+
+
 def _crop(x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     if len(x) < n:
         x = np.tile(x, n // len(x) + 2)
@@ -124,6 +147,7 @@ def test_mixtures(per_speaker: int = 2, seed: int = 0, max_s: float = 10.0) -> l
     speakers = test_speakers()
     rng = np.random.default_rng(seed)
     real = {k: _real_noise(k) for k in ("dude_miaowing", "running_tap")}
+    music = _test_music(len(speakers) * per_speaker, rng)
     clean_of = {s: _join(clips, max_s) for s, clips in speakers.items()}
     out: list[Mixture] = []
     k = 0
@@ -138,7 +162,9 @@ def test_mixtures(per_speaker: int = 2, seed: int = 0, max_s: float = 10.0) -> l
             elif kind == "babble":
                 noise = babble(others, n, rng)
             elif kind == "music":
-                noise = music_like(n, rng)
+                noise = _crop(music.pop(0), n, rng) if music else music_like(n, rng)
+            elif kind in ("pink", "white"):
+                noise = colored_noise(n, rng, kind)
             else:
                 noise = hum_clicks(n, rng)
             c, noisy = mix(clean, noise, snr)
@@ -200,11 +226,16 @@ def graph_system(model, atten_lim_db: float | None = None) -> Callable[[np.ndarr
     return run
 
 
-def oracle_system(mixtures: Sequence[Mixture], exponent: float = 0.5) -> Callable[[np.ndarray], np.ndarray]:
+def oracle_system(
+    mixtures: Sequence[Mixture], exponent: float = 0.5, exact_bins: int = 0
+) -> Callable[[np.ndarray], np.ndarray]:
     """A diagnostic system: the ideal ratio mask ``(S / (S + N)) ** exponent`` at the shipped spectral
     network's resolution (32 ERB bands and 32 fine bins of a 20 ms DFT), computed from each mixture's
     clean speech and applied through the network's own DFT and overlap-add. What a perfect gain
-    estimator of that layout would score; knows only ``mixtures`` (needs torch)."""
+    estimator of that layout would score; knows only ``mixtures`` (needs torch).
+
+    ``exact_bins``: the lowest bins get the clean spectrum itself (a perfect deep filter there, the ceiling
+    of ``model.df_order`` with ``df_bins = exact_bins``)."""
     import hashlib
 
     import torch
@@ -221,7 +252,12 @@ def oracle_system(mixtures: Sequence[Mixture], exponent: float = 0.5) -> Callabl
         ct = torch.nn.functional.pad(torch.as_tensor(c, dtype=torch.float32)[None, None], (0, pad))
         with torch.no_grad():
             gains, _ = net.oracle_gains(xt, ct, exponent=exponent)
-            y = net.apply_gains(xt, gains)
+            if exact_bins:
+                out, ref, f, b = net._masked(net.spectra(xt), gains), net.spectra(ct), exact_bins, net.bins
+                out = torch.cat([ref[..., :f], out[..., f:b], ref[..., b : b + f], out[..., b + f :]], -1)
+                y = net._overlap_add(out @ net.synthesis, xt.new_zeros(1, 1, net.hop))[0]
+            else:
+                y = net.apply_gains(xt, gains)
         return y[0, 0, net.delay : net.delay + len(x)].numpy()
 
     return run

@@ -246,13 +246,21 @@ def denoise_markdown(report: dict) -> str:
             r = [o["mean"][k] / s["mean"][k] if s["mean"][k] else float("nan") for k in ("pesq", "stoi", "dnsmos_ovrl")]
             lines.append(f"| {name} | " + " | ".join(_fmt("{:.3f}", x) for x in r)
                          + f" | {_fmt('{:.3f}', o['rtf'] / s['rtf'] if s['rtf'] else None)} |")  # fmt: skip
-    for key, label, fmt in (("si_sdr_i", "SI-SDR improvement (dB)", "{:+.1f}"), ("pesq", "PESQ-WB", "{:.2f}")):
-        for group, title in (("by_snr", "input SNR (dB)"), ("by_noise", "noise")):
-            cols = list(next(iter(systems.values()))[group])
-            lines += ["", f"{label} by {title}:", "", "| system | " + " | ".join(cols) + " |",
-                      "|---|" + "---:|" * len(cols)]  # fmt: skip
-            for name, s in systems.items():
-                lines.append(f"| {name} | " + " | ".join(_fmt(fmt, s[group][c][key]) for c in cols) + " |")
+    tables = [
+        (k, label, fmt, g)
+        for k, label, fmt in (("si_sdr_i", "SI-SDR improvement (dB)", "{:+.1f}"), ("pesq", "PESQ-WB", "{:.2f}"))
+        for g in ("by_snr", "by_noise")
+    ]
+    tables += [("stoi", "STOI", "{:.3f}", "by_noise"), ("dnsmos_ovrl", "DNSMOS OVRL", "{:.2f}", "by_noise")]
+    titles = {"by_snr": "input SNR (dB)", "by_noise": "noise"}
+    if report.get("music"):
+        lines += ["", f"Music mixtures: {report['music']} music."]
+    for key, label, fmt, group in tables:
+        cols = list(next(iter(systems.values()))[group])
+        lines += ["", f"{label} by {titles[group]}:", "", "| system | " + " | ".join(cols) + " |",
+                  "|---|" + "---:|" * len(cols)]  # fmt: skip
+        for name, s in systems.items():
+            lines.append(f"| {name} | " + " | ".join(_fmt(fmt, s[group][c][key]) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 

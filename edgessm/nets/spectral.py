@@ -13,6 +13,13 @@ its frequency resolution; measured with oracle gains on the test mixtures (clean
 2.95 (noisy input 1.26). So the resolution comes from a fixed DFT and the SSM blocks do what they are
 good at: long causal context over frames. Gains near 1 at the start make training begin at the identity.
 
+Deep filtering (``df_order`` K > 0, after DeepFilterNet): a real gain cannot separate a harmonic from noise
+inside one 50 Hz bin, a complex filter over the last K frames of that bin can (it follows the phase advance
+of a partial). For the lowest ``df_bins`` bins the network also reads the phase advance since the last
+frame, ``X_t conj(X_{t-1}) / |.|`` (cos and sin), and adds ``Σ_k d_{t,k} X_{t-k}`` (``d`` complex, ``tanh``
+bounded, zero at initialisation: the filter starts switched off) to the gain-masked bin. The filter looks
+only backwards, so the latency does not change.
+
 Streaming is exact: a chunk of ``m hop`` samples advances ``m`` frames. The state holds the last ``hop``
 input samples (the first half of the next frame), the blocks' states and the second half of the last
 synthesised frame, which the next frame's first half completes. Output sample ``t`` of a chunk is
@@ -53,6 +60,8 @@ class SpectralDenoiserConfig(BlockOptions):
     dt_min: float = 1e-3
     dt_max: float = 1e-1
     pre_conv: int = 0  # causal depthwise Conv1d over this many frames before each SSM (0: none)
+    df_order: int = 0  # deep filter over this many frames (the current one and K - 1 before it; 0: none)
+    df_bins: int = 32  # the lowest DFT bins the deep filter acts on (with df_order > 0)
 
 
 class SpectralDenoiser(ElasticBudget, Streamable):
@@ -69,7 +78,11 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         bins = n_fft // 2 + 1
         if not 0 <= cfg.fine_bins <= bins:
             raise ValueError(f"fine_bins must be in [0, {bins}] for hop {cfg.hop}, got {cfg.fine_bins}")
+        if cfg.df_order < 0 or (cfg.df_order and not 1 <= cfg.df_bins <= bins):
+            raise ValueError(f"df_order must be >= 0 and df_bins in [1, {bins}], got {cfg.df_order}, {cfg.df_bins}")
         self.cfg, self.hop, self.n_fft, self.bins = cfg, cfg.hop, n_fft, bins
+        self.df_bins = cfg.df_bins if cfg.df_order else 0
+        self.df_past = max(cfg.df_order - 1, 1) if cfg.df_order else 0  # earlier frames kept for the filter
         window = sqrt_hann(n_fft)
         forward, inverse = rdft_matrices(n_fft)
         self.register_buffer("analysis", window[:, None] * forward, persistent=False)  # (n_fft, 2 bins)
@@ -81,7 +94,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         self.shift = nn.Parameter(torch.full((features,), -8.0))
         self.scale = nn.Parameter(torch.full((features,), 0.25))
         rate = WAVEFORM_RATE / cfg.hop
-        widths = [features, *cfg.channels]
+        widths = [features + 2 * self.df_bins, *cfg.channels]  # + the deep-filter bins' phase advances
         self.blocks = nn.ModuleList()
         for i, kind in enumerate(cfg.kinds):
             kw = cfg.block_kwargs(kind, rate)
@@ -95,6 +108,11 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         with torch.no_grad():
             self.head.weight.mul_(0.1)
             self.head.bias.fill_(cfg.gain_bias)
+        self.df_head = None
+        if cfg.df_order:  # channels [k][re, im][bin]; zero: the filter starts switched off
+            self.df_head = nn.Conv1d(widths[-1], 2 * cfg.df_order * self.df_bins, 1)
+            nn.init.zeros_(self.df_head.weight)
+            nn.init.zeros_(self.df_head.bias)
         self.delay = cfg.hop
         self.chunk_multiple = cfg.hop
         self.rate = Fraction(1)
@@ -156,8 +174,40 @@ class SpectralDenoiser(ElasticBudget, Streamable):
     def _synthesise(self, spec: Tensor, gains: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Spectra ``(B, m, 2 bins)`` masked by gains ``(B, m, bands + fine_bins)`` after ``tail`` -> the
         waveform ``(B, 1, m hop)`` and the new tail (inverse DFT, sqrt-Hann, overlap-add)."""
+        return self._overlap_add(self._masked(spec, gains) @ self.synthesis, tail)
+
+    def _masked(self, spec: Tensor, gains: Tensor) -> Tensor:
         per_bin = self._gains(gains)
-        return self._overlap_add((spec * torch.cat([per_bin, per_bin], dim=-1)) @ self.synthesis, tail)
+        return spec * torch.cat([per_bin, per_bin], dim=-1)
+
+    def _low(self, spec: Tensor) -> Tensor:
+        """``[Re | Im]`` of the deep-filter bins: ``(B, m, 2 bins) -> (B, m, 2 df_bins)``."""
+        f = self.df_bins
+        return torch.cat([spec[..., :f], spec[..., self.bins : self.bins + f]], dim=-1)
+
+    def _phase_advance(self, low: Tensor) -> Tensor:
+        """Frames of deep-filter bins ``(B, P + m, 2 F)`` (``P`` earlier ones first) -> the unit phasor of
+        ``X_t conj(X_{t-1})`` for the last ``m``, as features ``(B, 2 F, m)`` (``[cos | sin]``; 0 in silence)."""
+        f, p = self.df_bins, self.df_past
+        cur, prev = low[:, p:], low[:, p - 1 : int(low.shape[1]) - 1]
+        cr, ci, pr, pi = cur[..., :f], cur[..., f:], prev[..., :f], prev[..., f:]
+        re, im = cr * pr + ci * pi, ci * pr - cr * pi
+        norm = torch.sqrt(re * re + im * im + self.cfg.floor**2)
+        return torch.cat([re / norm, im / norm], dim=-1).transpose(1, 2)
+
+    def _deep_filter(self, masked: Tensor, low: Tensor, h: Tensor) -> Tensor:
+        """Add ``Σ_k d_{t,k} X_{t-k}`` to the deep-filter bins of the masked spectra ``(B, m, 2 bins)``;
+        ``low (B, P + m, 2 F)`` the unmasked bins with ``P`` earlier frames, ``h`` the blocks' output."""
+        b, m, f, order, p = int(masked.shape[0]), int(masked.shape[1]), self.df_bins, self.cfg.df_order, self.df_past
+        d = torch.tanh(self.df_head(h)).transpose(1, 2).reshape(b, m, order, 2 * f)
+        re, im = masked[..., :f], masked[..., self.bins : self.bins + f]
+        for k in range(order):
+            x = low[:, p - k : p - k + m]  # X_{t-k}
+            xr, xi, dr, di = x[..., :f], x[..., f:], d[:, :, k, :f], d[:, :, k, f:]
+            re = re + dr * xr - di * xi
+            im = im + dr * xi + di * xr
+        bins = self.bins
+        return torch.cat([re, masked[..., f:bins], im, masked[..., bins + f :]], dim=-1)
 
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
@@ -166,14 +216,21 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         previous = torch.cat([tail.reshape(b, 1, hop), second[:, :-1]], dim=1)
         return (first + previous).reshape(b, 1, m * hop), second[:, -1:].reshape(b, 1, hop)
 
-    def _run(self, x: Tensor, state: State | None) -> tuple[Tensor, State, Tensor]:
+    def _run(self, x: Tensor, state: State | None) -> tuple[Tensor, State, Tensor, Tensor]:
+        b = int(x.shape[0])
         if state is None:  # the parallel path starts from silence, as a fresh stream does
-            history = tail = x.new_zeros(int(x.shape[0]), 1, self.hop)
+            history = tail = x.new_zeros(b, 1, self.hop)
+            past = x.new_zeros(b, self.df_past, 2 * self.df_bins)
         else:
             history, tail = state[0], state[-1]
+            past = state[-2] if self.df_bins else None
         frames, history = self._frames(x, history)
         spec = frames @ self.analysis  # (B, m, 2 bins)
         h = self._features(spec)
+        low = None
+        if self.df_bins:
+            low = torch.cat([past, self._low(spec)], dim=1)  # (B, P + m, 2 F)
+            h = torch.cat([h, self._phase_advance(low)], dim=1)
         new: State = [history]
         pos = 1
         for block in self.blocks:
@@ -185,17 +242,28 @@ class SpectralDenoiser(ElasticBudget, Streamable):
                 new.extend(s)
                 pos += k
         coarse = self._coarse_gains(h)
-        y, tail = self._synthesise(spec, coarse, tail)
-        return y, [*new, tail], coarse
+        out = self._masked(spec, coarse)
+        if low is not None:
+            out = self._deep_filter(out, low, h)
+            new.append(low[:, -self.df_past :])
+        y, tail = self._overlap_add(out @ self.synthesis, tail)
+        return y, [*new, tail], coarse, out
 
     # --- the streaming contract -------------------------------------------------------------------------
 
-    def forward(self, x: Tensor, with_gains: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, with_gains: bool = False, with_spectra: bool = False) -> Tensor | tuple[Tensor, ...]:
         """``x (B, 1, T)`` -> ``y (B, 1, T)``, ``delay`` samples late; with ``with_gains`` also the gains
-        ``(B, T / hop, bands + fine_bins)`` (what :meth:`oracle_gains` is the target for)."""
+        ``(B, T / hop, bands + fine_bins)`` (what :meth:`oracle_gains` is the target for), with ``with_spectra``
+        the enhanced spectra ``(B, T / hop, 2 bins)`` (``[Re | Im]``, compare with :meth:`spectra` of the target)."""
         self.check_chunk(x)
-        y, _, coarse = self._run(x, None)
-        return (y, coarse) if with_gains else y
+        y, _, coarse, out = self._run(x, None)
+        if not (with_gains or with_spectra):
+            return y
+        return (y, *([coarse] if with_gains else []), *([out] if with_spectra else []))
+
+    def spectra(self, x: Tensor) -> Tensor:
+        """The frames ``(B, T / hop, 2 bins)`` (``[Re | Im]``) the network enhances, for ``x (B, 1, T)``."""
+        return self._frames(x, x.new_zeros(int(x.shape[0]), 1, self.hop))[0] @ self.analysis
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
@@ -205,6 +273,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         shapes = [("history", (1, self.hop))]
         for i, block in enumerate(self.blocks):
             shapes += [(f"block{i}.{n}", s) for n, s in block.state_shapes()]
+        if self.df_bins:
+            shapes.append(("df_past", (self.df_past, 2 * self.df_bins)))
         return [*shapes, ("tail", (1, self.hop))]
 
     def counts(self) -> Counts:
@@ -216,6 +286,10 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         per_frame += 3 * bins + 2 * bins * cfg.bands + 3 * features  # power, ERB bands, log and affine
         per_frame += 2 * self.head.weight.numel() + 4 * features + 2 * cfg.bands * bins + 2 * bins  # head, mask
         params = 2 * features + self.head.weight.numel() + self.head.bias.numel()
+        if self.df_head is not None:  # phase advances, the coefficient head and the filter itself
+            f, order = self.df_bins, cfg.df_order
+            per_frame += 10 * f + 2 * self.df_head.weight.numel() + 2 * order * f + 8 * order * f
+            params += self.df_head.weight.numel() + self.df_head.bias.numel()
         blocks = Counts(0, 0.0)
         for block in self.blocks:
             blocks = blocks + block.counts()

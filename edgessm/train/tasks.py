@@ -521,6 +521,10 @@ class DenoiseData:
     # (a power mean with exponent 0.3), which is speech suppressed wherever speech is not certain.
     mask_weight: float = 0.0
     mask_power: float = 0.5
+    # Deep filter (`model.df_order` > 0): MSE of the power-compressed complex spectra (|z|^c e^{i arg z}) of
+    # the enhanced and the clean frames in the deep-filter bins, the filter's own target (the gains keep theirs).
+    df_weight: float = 0.0
+    df_compress: float = 0.3
     irm_exponent: float = 0.5  # the gain target (S / (S + N)) ** irm_exponent: 0.5 amplitude ratio, 1 Wiener
     val_items: int = 256  # validation pairs per evaluation (spread evenly over the validation clips)
     min_words: int = 0  # keep only clips whose transcript has at least this many words (0: every clip)
@@ -547,6 +551,19 @@ def _aligned(net: nn.Module, est: Tensor, ref: Tensor) -> tuple[Tensor, Tensor]:
     (output ``t`` stands for input ``t - delay``); unchanged for a sample-aligned network."""
     delay = int(getattr(getattr(net, "module", net), "delay", 0))
     return (est[..., delay:], ref[..., : ref.shape[-1] - delay]) if delay else (est, ref)
+
+
+def _compressed_error(est: Tensor, ref: Tensor, bins: int, low: int, scale: Tensor, c: float) -> Tensor:
+    """Mean ``|C(est) - C(ref)|^2`` over the lowest ``low`` bins of ``[Re | Im]`` spectra ``(B, m, 2 bins)``,
+    ``C(z) = |z|^c z / |z|`` of the spectra divided by each example's ``scale (B, 1, 1)``."""
+
+    def compress(z: Tensor) -> tuple[Tensor, Tensor]:
+        re, im = z[..., :low] / scale, z[..., bins : bins + low] / scale
+        factor = (re * re + im * im + 1e-12) ** ((c - 1) / 2)
+        return re * factor, im * factor
+
+    (er, ei), (rr, ri) = compress(est), compress(ref)
+    return ((er - rr) ** 2 + (ei - ri) ** 2).mean()
 
 
 class _BankSampler:
@@ -721,13 +738,25 @@ class DenoiseTask(Task):
             inner = getattr(net, "module", net)
             if not hasattr(inner, "oracle_gains"):
                 raise ValueError("data.mask_weight trains a mask network's gains: use model.arch = 'spectral'")
-            out, gains = net(batch["noisy"], with_gains=True)
+            if self.data.df_weight:
+                out, gains, spec = net(batch["noisy"], with_gains=True, with_spectra=True)
+            else:
+                out, gains = net(batch["noisy"], with_gains=True)
             with torch.no_grad():
                 target, valid = inner.oracle_gains(noisy, batch["clean"].float(), exponent=self.data.irm_exponent)
             p = self.data.mask_power
             err = (gains.float().clamp_min(1e-6) ** p - target**p) ** 2
             mask = (err * valid).sum() / valid.sum().clamp_min(1.0)
             parts["mask"] = float(mask.detach())
+            if self.data.df_weight:
+                if not getattr(inner, "df_bins", 0):
+                    raise ValueError("data.df_weight trains a deep filter: set model.df_order > 0")
+                with torch.no_grad():
+                    clean_spec = inner.spectra(batch["clean"].float())
+                df = _compressed_error(
+                    spec.float(), clean_spec, inner.bins, inner.df_bins, scale, self.data.df_compress
+                )
+                parts["df"] = float(df.detach())
         else:
             out = net(batch["noisy"])
         est, ref = _aligned(net, out.float() / scale, batch["clean"].float() / scale)
@@ -738,6 +767,8 @@ class DenoiseTask(Task):
         parts.update(wave=float(wave.detach()), spec=float(spec.detach()))
         if self.data.mask_weight:
             total = total + self.data.mask_weight * mask
+            if self.data.df_weight:
+                total = total + self.data.df_weight * df
         if self.data.mr_weight:
             mr = multires_spectral_loss(est[:, 0], ref[:, 0], self.data.mr_ffts, complex_weight=self.data.mr_complex)
             total = total + self.data.mr_weight * mr
