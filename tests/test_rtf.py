@@ -7,7 +7,7 @@ import torch
 from conftest import random_chunks, randomize, rel_err
 
 from edgessm.ssm import CentaurusBlock, RationalSSM, make_ssm, run_chunked
-from edgessm.ssm.rtf import MARGIN, _recurrence, modal_error, unperiodise
+from edgessm.ssm.rtf import MARGIN, _companion, _recurrence, modal_error, power_mod, unperiodise
 
 
 def _slow(h_in: int = 3, h_out: int = 5, n: int = 8, seed: int = 0, slack: float = 0.01) -> RationalSSM:
@@ -46,6 +46,16 @@ def test_unperiodised_numerator_makes_the_fft_kernel_exact_and_the_plain_one_is_
     assert rel_err(fft_kernel(unperiodise(a, b, period)), ref[:, 1:]) < 1e-9
     if float(layer.poles().abs().max()) ** period > 1e-2:  # the tail past one period still matters
         assert rel_err(fft_kernel(b), ref[:, 1:]) > 1e-3  # and the uncorrected numerator aliases it
+
+
+@pytest.mark.parametrize("order", [1, 2, 7, 33])
+def test_power_mod_is_the_first_row_of_the_companion_power(order: int) -> None:
+    torch.manual_seed(order)
+    a = torch.randn(4, order, dtype=torch.float64)
+    a = 0.999 * a / a.abs().sum(-1, keepdim=True)
+    for n in (1, 2, 5, 64, 1000, 4097):
+        ref = torch.linalg.matrix_power(_companion(a), n)[:, 0, :]
+        assert (power_mod(a, n) - ref).abs().max() < 1e-12
 
 
 def test_montel_keeps_every_pole_inside_the_unit_circle() -> None:

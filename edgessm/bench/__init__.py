@@ -3,6 +3,7 @@
 ``python -m edgessm.bench NAME [options]`` or ``edgessm bench NAME [options]``:
 
     fftconv   forward+backward of a bottleneck SSM block: chosen contraction order vs naive vs scan
+    rtf       forward+backward of an RTF layer vs a Centaurus depthwise layer of equal size, by length and order
     models    exported graphs: params, FLOPs/s, real-time factor, chunk latency, peak memory (no torch)
     distill   SpectraLDS distillation of the ES-SSM Hankel filters: states per budget, coefficient sizes, errors
     trainstep training-step time of a recipe and its variants (params, MFLOP/s, seconds per step, ratios)
@@ -16,6 +17,7 @@ import importlib
 
 BENCHMARKS = {
     "fftconv": "edgessm.bench.fftconv",
+    "rtf": "edgessm.bench.rtf",
     "models": "edgessm.bench.models",
     "distill": "edgessm.bench.distill",
     "trainstep": "edgessm.bench.trainstep",

@@ -14,8 +14,8 @@ than learning the periodised numerator and inverting the map for deployment (the
 ``get_C`` solves the wrong system; our design notes §2.3, §7.8), ``b`` here is the numerator of the
 recurrent filter itself and the FFT gets the corrected numerator ``b'`` whose periodised response is
 exactly ``k`` on ``[0, n)``: with ``S`` the shift, ``k' = (I - S^n) k`` telescopes under the periodic sum.
-``S^n`` acts on the ``N``-dimensional solution space of the recurrence, i.e. the first row ``ρ`` of the
-``n``-th power of the companion matrix (``log n`` squarings of an ``N x N`` matrix), so
+``S^n`` acts on the ``N``-dimensional solution space of the recurrence: by the first row ``ρ`` of the
+companion matrix's ``n``-th power, i.e. the coefficients of ``z^n mod Ã(z)`` (``log n`` polynomial squarings), so
 
     k[t + n] = Σ_j ρ_j k[t + j],   k'[t] = k[t] - k[t + n]  (t = 1..N),   b'_j = Σ_{i<j} a_i k'[j - i].
 
@@ -176,11 +176,43 @@ def _companion(a: Tensor) -> Tensor:
     return torch.cat([shift, -a.flip(-1).unsqueeze(-2)], dim=-2)
 
 
+def power_mod(a: Tensor, n: int) -> Tensor:
+    """Coefficients ``ρ (..., N)`` (of ``z^0 .. z^{N-1}``) of ``z^n mod Ã(z)``, ``Ã = z^N + a_1 z^{N-1} + ... + a_N``.
+
+    Since ``Ã(S)`` annihilates every solution ``k`` of the recurrence (``S`` the shift), ``S^n k = ρ(S) k``:
+    ``ρ`` is the first row of the companion matrix's ``n``-th power. Binary exponentiation with polynomial
+    squares (FFTs of ``2N`` points) and reductions by a table of ``z^{N+j} mod Ã``: ``O(N^2 log n)``, where the
+    matrix power costs ``O(N^3 log n)``. Under Montel's bound every intermediate has ``Σ|ρ_j| <= 1``.
+    """
+    order = int(a.shape[-1])
+    if order == 1:
+        return (-a) ** n
+    table = [-a.flip(-1)]  # z^N mod Ã: (..., N)
+    for _ in range(order - 2):  # z^{N+j+1} = z z^{N+j}: shift up, fold the z^N overflow back in
+        last = table[-1]
+        shifted = torch.cat([torch.zeros_like(last[..., :1]), last[..., :-1]], -1)
+        table.append(shifted + last[..., -1:] * table[0])
+    table = torch.stack(table, dim=-2)  # (..., N - 1, N)
+
+    def reduce(p: Tensor) -> Tensor:  # degree <= 2N - 2 -> degree < N
+        return p[..., :order] + (p[..., order:].unsqueeze(-2) @ table).squeeze(-2)
+
+    size = 2 * order
+    rho = torch.zeros_like(a)
+    rho[..., 0] = 1.0
+    for bit in bin(n)[2:]:
+        f = torch.fft.rfft(rho, size)
+        rho = reduce(torch.fft.irfft(f * f, size)[..., : 2 * order - 1])
+        if bit == "1":  # times z
+            rho = torch.cat([torch.zeros_like(rho[..., :1]), rho[..., :-1]], -1) + rho[..., -1:] * table[..., 0, :]
+    return rho
+
+
 def unperiodise(a: Tensor, b: Tensor, n: int) -> Tensor:
     """The numerator ``b' (..., N)`` whose ``n``-periodised impulse response equals that of ``b / a`` on ``[1, n)``.
 
     ``a, b (..., N)``: denominator (without its leading 1) and numerator coefficients of ``z^-1 .. z^-N``.
-    Differentiable; ``O(N^3 log n)``, independent of the sequence length.
+    Differentiable; ``O(N^2 log n)`` (:func:`power_mod`), independent of the sequence length otherwise.
     """
     order = int(a.shape[-1])
     a0 = torch.cat([torch.ones_like(a[..., :1]), a], -1)  # (..., N + 1)
@@ -191,7 +223,7 @@ def unperiodise(a: Tensor, b: Tensor, n: int) -> Tensor:
     toeplitz = a0[..., lag.clamp(0, order)] * band  # [i, j] = a_{i-j}: (..., 2N - 1, 2N - 1)
     rhs = torch.cat([b, torch.zeros_like(b[..., : order - 1])], -1).unsqueeze(-1)
     k = torch.linalg.solve_triangular(toeplitz, rhs, upper=False, unitriangular=True).squeeze(-1)  # k_1..k_{2N-1}
-    rho = torch.linalg.matrix_power(_companion(a), n)[..., 0, :]  # k_{t+n} = ρ · (k_t .. k_{t+N-1})
+    rho = power_mod(a, n)  # k_{t+n} = ρ · (k_t .. k_{t+N-1})
     tail = (k.unfold(-1, order, 1) * rho.unsqueeze(-2)).sum(-1)  # k_{t+n}, t = 1..N
     return (toeplitz[..., :order, :order] @ (k[..., :order] - tail).unsqueeze(-1)).squeeze(-1)
 
