@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest import random_chunks, randomize, rel_err
@@ -161,3 +163,25 @@ def test_direct_form_stays_accurate_where_the_modal_form_does_not() -> None:
     err = modal_error(layer, 500)
     assert err["direct_f32"] < 1e-6
     assert err["modal_f32"] > 1e3 * err["direct_f32"] and err["max_residue"] > 1e5
+
+
+def test_memory_bound_shrinks_every_pole_and_still_streams_exactly() -> None:
+    layer = _slow(seed=6, slack=1e-4).double()
+    free = float(layer.poles().abs().max())
+    layer.memory = 20.0
+    bounded = layer.poles().abs()
+    assert float(bounded.max()) < math.exp(-1 / 20) * free + 1e-12
+    u = torch.randn(1, 3, 900, dtype=torch.float64)
+    with torch.no_grad():
+        y, _ = run_chunked(layer, u, random_chunks(900, seed=2, high=300))
+        assert rel_err(y, layer(u)) < 1e-9
+    with pytest.raises(ValueError, match="memory bound"):
+        layer.memory = 0.5
+
+
+def test_kws_backbone_takes_rtf_blocks_with_their_memory_bound() -> None:
+    from edgessm.nets.backbone import BlockOptions, centaurus_backbone
+
+    net = centaurus_backbone([8, 8], [4, 6], ["bottleneck", "rtf"], [1, 1], options=BlockOptions(memory_s=0.5))
+    rtf = [m for m in net.modules() if isinstance(m, RationalSSM)]
+    assert len(rtf) == 1 and rtf[0].memory == 0.5 * 16000

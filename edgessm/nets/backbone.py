@@ -17,6 +17,7 @@ from torch.nn import Module
 from edgessm.ssm import AvgPool, CentaurusBlock, Streamable, StreamSequential
 from edgessm.ssm.discretize import DiagonalModes
 from edgessm.ssm.filterbank import FilterbankFront
+from edgessm.ssm.rtf import RationalSSM
 
 WAVEFORM_RATE = 16000.0  # Hz of every network's input; a block's rate is this divided by the resampling before it
 
@@ -56,11 +57,11 @@ class BlockOptions(ElasticOptions):
     memory_s: float = 0.0
 
     def bound_memory(self, block: Module, rate: float) -> None:
-        """Give every diagonal mode set inside ``block`` (working at ``rate`` Hz) the ``memory_s`` bound."""
+        """Give every diagonal mode set and RTF filter in ``block`` (at ``rate`` Hz) the ``memory_s`` bound."""
         if self.memory_s < 0:
             raise ValueError(f"memory_s must be 0 (unbounded) or positive seconds, got {self.memory_s}")
         for m in block.modules():
-            if isinstance(m, DiagonalModes):
+            if isinstance(m, DiagonalModes | RationalSSM):
                 m.memory = max(1.0, self.memory_s * rate) if self.memory_s else 0.0
 
     def block_kwargs(self, kind: str, rate: float = WAVEFORM_RATE) -> dict[str, Any]:

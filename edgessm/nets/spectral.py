@@ -98,7 +98,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         self.blocks = nn.ModuleList()
         for i, kind in enumerate(cfg.kinds):
             kw = cfg.block_kwargs(kind, rate)
-            if kind != "essm":
+            if kind not in ("essm", "rtf"):  # the blocks with diagonal modes and their Δ grid
                 kw.update(dt_min=cfg.dt_min, dt_max=cfg.dt_max)
             block = CentaurusBlock(kind, widths[i], widths[i + 1], cfg.states[i], cfg.n_sub, pre_conv=cfg.pre_conv,
                                    dropout=cfg.dropout, **kw)  # fmt: skip

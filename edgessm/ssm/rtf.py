@@ -107,13 +107,29 @@ class RationalSSM(SSMLayer):
         self.b = nn.Parameter(b)
         self.h0 = nn.Parameter(torch.randn(h_in))
         self.mixer = _kaiming(h_out, h_in) if mixer else None
+        self.memory = 0.0
+
+    @property
+    def memory(self) -> float:
+        """A bound on the filters' memory in steps (0: none, the Montel bound alone): every pole radius
+        is scaled by ``ρ = exp(-1/memory)`` (``a_i -> a_i ρ^i``), as the leak bounds the diagonal blocks' modes."""
+        return self._memory
+
+    @memory.setter
+    def memory(self, steps: float) -> None:
+        if not (steps == 0 or (math.isfinite(steps) and steps >= 1)):
+            raise ValueError(f"a memory bound must be 0 (none) or at least one step, got {steps}")
+        self._memory = float(steps)
 
     # -- the transfer function ---------------------------------------------------------------------
 
     def denominator(self) -> Tensor:
         """``a (H, N)``: Montel-normalised, ``Σ_i |a_i| <= 1 - MARGIN`` (all poles inside the unit circle)."""
         norm = self.a_raw.abs().sum(-1, keepdim=True) + self.a_slack.abs().unsqueeze(-1) + EPS
-        return ((1 - MARGIN) * self.a_raw / norm).repeat_interleave(self.h_in // self.groups, dim=0)
+        a = (1 - MARGIN) * self.a_raw / norm
+        if self._memory:  # poles scaled by ρ: the roots of Ã(z / ρ) ρ^N
+            a = a * torch.exp(-torch.arange(1, self.n_states + 1, device=a.device, dtype=a.dtype) / self._memory)
+        return a.repeat_interleave(self.h_in // self.groups, dim=0)
 
     def kernel(self, length: int) -> Tensor:
         """Per-channel kernels ``(H, length)``: the exact impulse responses, by the state-free FFT."""
