@@ -6,6 +6,7 @@ Modules:
     fftconv     causal FFT convolution, the bottleneck contraction planner and its FLOP model
     blocks      depthwise (S4D), pointwise bottleneck (S5), bottleneck and full SSM blocks
     rtf         the rational transfer function block (RTF): state-free FFT kernel, direct-form streaming
+    hades       the HADES selective filter bank: shared and routed expert heads, chunked scan, streaming step
     factory     every block kind by name: make_ssm
     hankel      the Hankel spectral basis of ES-SSM (float64, cached)
     distill     SpectraLDS: the Hankel filters distilled into a prefix-nested decaying LDS
@@ -21,6 +22,7 @@ from .essm import BudgetDropout, ElasticBudget, ElasticSpectralSSM, sample_train
 from .factory import BLOCK_KINDS, SSM_KINDS, make_ssm
 from .fftconv import Plan, bottleneck_flops, causal_conv, cheapest_plan, plan_bottleneck
 from .filterbank import FilterbankFront
+from .hades import HadesSSM, auxiliary_loss
 from .resample import AvgPool, CausalDepthwiseConv, DownConv, UpConv
 from .residual import CentaurusBlock, ChannelNorm, trainable_parameters
 from .rtf import RationalSSM
@@ -42,6 +44,7 @@ __all__ = [
     "ElasticSpectralSSM",
     "FilterbankFront",
     "FullSSM",
+    "HadesSSM",
     "Plan",
     "PointwiseBottleneckSSM",
     "RationalSSM",
@@ -49,6 +52,7 @@ __all__ = [
     "StreamSequential",
     "Streamable",
     "UpConv",
+    "auxiliary_loss",
     "bottleneck_flops",
     "causal_conv",
     "cheapest_plan",

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from edgessm.ssm.essm import essm_layers, sample_train_budget
+from edgessm.ssm.hades import auxiliary_loss
 
 from .allocator import keep_freed_memory
 from .config import TrainConfig
@@ -331,6 +332,10 @@ class Trainer:
                 budget = step_budget(self.model, cfg.train.seed, self.step, full_budget_steps)
                 with self._autocast():
                     loss, parts = self.task.loss(self.net, batch, self.step / max(1, self.total_steps))
+                    aux, aux_parts = auxiliary_loss(self.model)  # e.g. the HADES blocks' balance and diversity
+                    if aux is not None:
+                        loss = loss + aux
+                        parts = {**parts, **aux_parts}
                 self.scaler.scale(loss).backward()
                 self.scaler.unscale_(self.optimizer)
                 grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip))
