@@ -9,7 +9,7 @@ config's ``essm_*`` fields (:class:`ElasticOptions`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.nn import Module
@@ -50,11 +50,16 @@ class BlockOptions(ElasticOptions):
     block's sample rate, :func:`~edgessm.ssm.discretize.auditory_modes`); ``front_norm``, whether blocks
     at the waveform's rate normalise their output over channels at every sample; ``memory_s``, a bound in
     seconds on the memory of every block's modes (0: unbounded; :class:`~edgessm.ssm.discretize.DiagonalModes`
-    ``memory``), converted to steps at each block's own rate."""
+    ``memory``), converted to steps at each block's own rate; ``rtf`` and ``hades``, keyword arguments of the
+    RTF blocks (:class:`~edgessm.ssm.rtf.RationalSSM`: ``denominators``, ``init``) and HADES blocks
+    (:class:`~edgessm.ssm.hades.HadesSSM`: ``shared``, ``experts``, ``top_q``, ``head_dim``, ``gamma``, ``mean``,
+    ``mean_frames``, loss weights), e.g. ``[model.hades]`` tables in a recipe."""
 
     full_init: str = "s4d"
     front_norm: bool = True  # False: blocks at the waveform's own rate skip the per-sample LayerNorm over channels
     memory_s: float = 0.0
+    rtf: dict[str, Any] = field(default_factory=dict)
+    hades: dict[str, Any] = field(default_factory=dict)
 
     def bound_memory(self, block: Module, rate: float) -> None:
         """Give every diagonal mode set and RTF filter in ``block`` (at ``rate`` Hz) the ``memory_s`` bound."""
@@ -72,6 +77,8 @@ class BlockOptions(ElasticOptions):
             kw.update(self.essm_kwargs())
         elif kind == "full" and self.full_init != "s4d":
             kw.update(init=self.full_init, rate=float(rate))
+        elif kind in ("rtf", "hades"):
+            kw.update(getattr(self, kind))
         return kw
 
 
