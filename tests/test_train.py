@@ -20,7 +20,7 @@ from fixtures import (
 )
 
 from edgessm.train.config import TrainConfig, apply_overrides, load_config
-from edgessm.train.trainer import RunExistsError, Trainer
+from edgessm.train.trainer import RunExistsError, Trainer, load_model_weights
 
 TINY_KWS = {"channels": [4, 8], "states": [4, 8], "kinds": ["full", "pointwise"], "pools": [4, 4], "dropout": 0.0}
 
@@ -79,6 +79,23 @@ def test_resume_reaches_the_same_weights(sc_folder: Path, tmp_path: Path) -> Non
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5), name
     steps = [int(float(s)) for s in _losses_steps(tmp_path / "b")]
     assert steps == sorted(set(steps))  # the log has each step once, in order
+
+
+def test_partial_init_takes_the_matching_blocks_and_trains_new_ones(sc_folder: Path, tmp_path: Path, capsys) -> None:
+    """A network whose last block changed kind starts from another's front and first block (``--init-partial``);
+    the HADES block's losses reach the log."""
+    Trainer(kws_config(sc_folder, steps=2), tmp_path / "a", device="cpu", progress=False).fit()
+    cfg = kws_config(sc_folder, steps=3)
+    cfg.model = {**TINY_KWS, "kinds": ["full", "hades"], "hades": {"experts": 2, "top_q": 1, "head_dim": 4}}
+    with pytest.raises(RuntimeError, match=r"Missing key|Unexpected key"):
+        Trainer(cfg, tmp_path / "strict", device="cpu", progress=False, init=tmp_path / "a")
+    trainer = Trainer(cfg, tmp_path / "b", device="cpu", progress=False, init=tmp_path / "a", init_partial=True)
+    assert "start fresh" in capsys.readouterr().out
+    first = {k: v for k, v in trainer.model.state_dict().items() if ".0." in k}
+    source = load_model_weights(tmp_path / "a", "cpu")
+    assert first and all(torch.equal(v, source[k]) for k, v in first.items())
+    trainer.fit()
+    assert _losses(tmp_path / "b", "balance") and _losses(tmp_path / "b", "diversity")
 
 
 def test_refuses_to_overwrite_a_run(sc_folder: Path, tmp_path: Path) -> None:

@@ -22,6 +22,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--init", metavar="WEIGHTS", help="start from these weights (run folder, .pt or .safetensors); fresh optimizer"
     )
+    ap.add_argument("--init-partial", action="store_true",
+                    help="with --init: take only the tensors whose names and shapes match (e.g. a shipped model's "
+                         "front and first blocks under other later blocks); the rest start fresh")  # fmt: skip
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a config value, e.g. --set train.steps=500 (repeatable)")  # fmt: skip
     ap.add_argument("--steps", type=int, help="shortcut for --set train.steps=N")
@@ -46,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         if args.pack:
             cfg = load_config(args.config_file or args.config, overrides + pack_overrides(cfg, args.pack))
         trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress,
-                          init=args.init)  # fmt: skip
+                          init=args.init, init_partial=args.init_partial)  # fmt: skip
     except (FileNotFoundError, ValueError, RunExistsError, RuntimeError) as e:
         raise SystemExit(f"edgessm train: {e}") from None
     try:

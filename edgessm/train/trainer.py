@@ -160,7 +160,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, out_dir: str | os.PathLike, device: str = "auto", resume: bool = False,
                  progress: bool = True, task: Task | None = None,
-                 init: str | os.PathLike | None = None) -> None:  # fmt: skip
+                 init: str | os.PathLike | None = None, init_partial: bool = False) -> None:  # fmt: skip
         self.cfg = cfg
         self.out = Path(out_dir)
         self.rank, self.world, local = _dist_env()
@@ -204,7 +204,10 @@ class Trainer:
         if self.resume_from:
             self._load(self.resume_from)
         elif init is not None:
-            self.model.load_state_dict(load_model_weights(init, self.device))
+            weights = load_model_weights(init, self.device)
+            if init_partial:
+                weights = self._matching(weights)
+            self.model.load_state_dict(weights, strict=not init_partial)
         self.net: nn.Module = self.model
         if cfg.train.compile:
             self.net = torch.compile(self.net)
@@ -428,6 +431,19 @@ class Trainer:
     def _barrier(self) -> None:
         if self.world > 1:
             dist.barrier()
+
+    def _matching(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The tensors of ``weights`` this network has under the same name and shape (a partial ``--init``:
+        e.g. the front and first blocks of a shipped model under new later blocks); says what was left out."""
+        own = self.model.state_dict()
+        kept = {k: v for k, v in weights.items() if k in own and tuple(own[k].shape) == tuple(v.shape)}
+        fresh = sorted(k for k in own if k not in kept)
+        if not kept:
+            raise ValueError("--init-partial: no tensor of the weights matches this network by name and shape")
+        if self.rank == 0:
+            print(f"--init-partial: {len(kept)} of {len(own)} tensors from the weights; "
+                  f"{len(fresh)} start fresh ({', '.join(fresh[:6])}{', ...' if len(fresh) > 6 else ''})")  # fmt: skip
+        return kept
 
 
 def _ignore_stop_signals(worker_id: int) -> None:
