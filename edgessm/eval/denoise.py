@@ -155,7 +155,7 @@ def test_mixtures(per_speaker: int = 2, seed: int = 0, max_s: float = 10.0) -> l
         others = [x for s, x in clean_of.items() if s != spk] or [clean]
         for _ in range(per_speaker):
             kind = NOISE_KINDS[k % len(NOISE_KINDS)]
-            snr = SNRS_DB[(k // len(NOISE_KINDS)) % len(SNRS_DB)]
+            snr = SNRS_DB[k % len(SNRS_DB)]  # 7 kinds, 5 SNRs: every pair within 35 mixtures
             n = len(clean)
             if kind in real:
                 noise = _crop(real[kind], n, rng)
