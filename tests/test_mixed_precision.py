@@ -11,7 +11,7 @@ from conftest import randomize
 from edgessm.ssm import make_ssm
 from edgessm.ssm.fftconv import PLANS
 
-CASES = [("depthwise", None), ("full", None), ("essm", None)] + [
+CASES = [("depthwise", None), ("full", None), ("essm", None), ("rtf", None), ("hades", None)] + [
     (kind, p.name) for kind in ("pointwise", "bottleneck") for p in PLANS
 ]
 
@@ -20,7 +20,7 @@ def _layer(kind: str, plan: str | None) -> torch.nn.Module:
     torch.manual_seed(0)
     kwargs = {"plan": plan} if plan else {"length": 64} if kind == "essm" else {}
     layer = make_ssm(kind, 6, 5, 8, 2, **kwargs)
-    return randomize(layer, dynamics=False) if kind != "essm" else layer
+    return randomize(layer, dynamics=False) if kind not in ("essm", "hades") else layer
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -58,7 +58,7 @@ def test_float32_input_is_untouched_by_the_island() -> None:
     assert layer(x.double()).dtype == torch.float64  # float64 checks keep their precision
 
 
-@pytest.mark.parametrize("recipe", ["kws", "denoise", "asr", "kws_es"])
+@pytest.mark.parametrize("recipe", ["kws", "denoise", "asr", "kws_es", "kws_v5_rtf", "kws_v5_hades", "denoise_v3_df"])
 def test_recipe_networks_train_a_step_under_cpu_autocast(recipe: str) -> None:
     from edgessm.nets import build_network
     from edgessm.train.config import load_config

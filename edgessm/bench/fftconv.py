@@ -76,7 +76,8 @@ def scan_forward(layer: BottleneckSSM, u: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bnt,jn->bjt", torch.stack(outs, -1), layer.C)
 
 
-def _time(fn, repeats: int) -> float:
+def median_ms(fn, repeats: int) -> float:
+    """Median wall time of ``fn()`` in ms over ``repeats`` calls, after one warm-up call."""
     fn()  # warm-up (allocator, FFT plans)
     times = []
     for _ in range(repeats):
@@ -100,14 +101,14 @@ def run_case(sweep: str, shape: dict[str, int], repeats: int, scan: bool) -> Res
     chosen = plan_bottleneck(b, h, j, n)
     layer.plan = chosen
     y_chosen = layer(u).detach()
-    t_chosen = _time(lambda: fwd_bwd(layer), repeats)
+    t_chosen = median_ms(lambda: fwd_bwd(layer), repeats)
     layer.plan = NAIVE
     y_naive = layer(u).detach()
-    t_naive = _time(lambda: fwd_bwd(layer), repeats)
+    t_naive = median_ms(lambda: fwd_bwd(layer), repeats)
     err = float((y_chosen - y_naive).abs().max() / y_naive.abs().max())
     if err > 1e-3:
         raise RuntimeError(f"contraction orders disagree (relative error {err:.2e}) for {shape}")
-    t_scan = _time(lambda: fwd_bwd(lambda x: scan_forward(layer, x)), max(1, repeats // 3)) if scan else None
+    t_scan = median_ms(lambda: fwd_bwd(lambda x: scan_forward(layer, x)), max(1, repeats // 3)) if scan else None
     flops = bottleneck_flops(NAIVE, b, h, j, n, length) / bottleneck_flops(chosen, b, h, j, n, length)
     return Result(sweep, b, h, j, n, m, length, chosen.name, t_chosen, t_naive, t_scan, flops)
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
 
 import torch
 
+from edgessm.bench.fftconv import median_ms
 from edgessm.ssm.blocks import DepthwiseSSM
 from edgessm.ssm.rtf import RationalSSM
 from edgessm.ssm.stream import Counts
@@ -46,16 +45,6 @@ class Result:
         return self.centaurus_ms / self.rtf_ms
 
 
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up (allocator, FFT plans)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
 def _params(layer: torch.nn.Module) -> int:
     return sum(p.numel() for p in layer.parameters())
 
@@ -74,7 +63,7 @@ def run_case(sweep: str, shape: dict[str, int], repeats: int, device: str) -> Re
         if device == "cuda":
             torch.cuda.synchronize()
 
-    return Result(sweep, b, h, n, length, _time(lambda: step(rtf), repeats), _time(lambda: step(s4d), repeats),
+    return Result(sweep, b, h, n, length, median_ms(lambda: step(rtf), repeats), median_ms(lambda: step(s4d), repeats),
                   _params(rtf), _params(s4d))  # fmt: skip
 
 

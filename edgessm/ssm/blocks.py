@@ -251,7 +251,36 @@ def _complex_matrix(re: Tensor, im: Tensor) -> Tensor:
     return torch.cat([torch.cat([ar, ai], -1), torch.cat([-ai, ar], -1)], -2)
 
 
-class DepthwiseSSM(SSMLayer):
+class ChannelKernelSSM(SSMLayer):
+    """Shared code of the blocks with one kernel per channel (depthwise S4D, RTF): ``kernel(L) (H, L)``,
+    then an optional pointwise ``H -> H'`` mixer."""
+
+    mixer: nn.Parameter | None
+
+    def _set_mixer(self, h_in: int, h_out: int, mixer: bool) -> None:
+        if not mixer and h_out != h_in:
+            raise ValueError(f"a {self.kind} block without mixer keeps its channel count (h_out == h_in)")
+        self.mixer = _kaiming(h_out, h_in) if mixer else None
+
+    def kernel(self, length: int) -> Tensor:
+        """Per-channel kernels ``(H, length)``."""
+        raise NotImplementedError
+
+    def _mix(self, y: Tensor) -> Tensor:
+        return y if self.mixer is None else self.mixer @ y
+
+    def impulse_response(self, length: int) -> Tensor:
+        k = self.kernel(length)
+        if self.mixer is None:
+            return torch.diag_embed(k.T).permute(1, 2, 0)
+        return self.mixer[:, :, None] * k[None]
+
+    def _mixer_counts(self) -> tuple[int, int]:
+        """Parameters and FLOPs per sample of the mixer."""
+        return (self.h_in * self.h_out, 2 * self.h_in * self.h_out) if self.mixer is not None else (0, 0)
+
+
+class DepthwiseSSM(ChannelKernelSSM):
     """Depthwise-separable SSM (S4D-like): one N-mode kernel per channel, then a pointwise mixer.
 
     ``y_jf = M_ji (û_if Δ_in E_in K̂_inf)``. Δ is initialised over the channel axis ``i`` and
@@ -278,20 +307,15 @@ class DepthwiseSSM(SSMLayer):
     ) -> None:
         super().__init__()
         h_out = h_in if h_out is None else h_out
-        if not mixer and h_out != h_in:
-            raise ValueError("a depthwise SSM without mixer keeps its channel count (h_out == h_in)")
         self.h_in, self.h_out, self.n_states = h_in, h_out, n_states
         dt = dt_grid(h_in, dt_min, dt_max)[:, None].expand(h_in, n_states)
         self.modes = DiagonalModes(s4d_imag(n_states).expand(h_in, n_states), dt)
         self.E = nn.Parameter(torch.randn(h_in, n_states) / math.sqrt(n_states))
-        self.mixer = _kaiming(h_out, h_in) if mixer else None
+        self._set_mixer(h_in, h_out, mixer)
 
     def _weights(self) -> tuple[Tensor, Tensor, Tensor]:
         wr, wi = self.modes.dtA()
         return wr, wi, self.modes.delta() * self.E  # Δ folded into the readout: unit input gain
-
-    def _mix(self, y: Tensor) -> Tensor:
-        return y if self.mixer is None else self.mixer @ y
 
     def kernel(self, length: int) -> Tensor:
         """Per-channel kernels ``(H, length)``."""
@@ -302,12 +326,6 @@ class DepthwiseSSM(SSMLayer):
         """``(B, H, L) -> (B, H', L)``."""
         k = self.kernel(self.modes.live_length(u.shape[-1]))
         return self._mix(causal_conv(u, k, "depthwise"))
-
-    def impulse_response(self, length: int) -> Tensor:
-        k = self.kernel(length)
-        if self.mixer is None:
-            return torch.diag_embed(k.T).permute(1, 2, 0)
-        return self.mixer[:, :, None] * k[None]
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [("x", (self.h_in, 2 * self.n_states))]
@@ -321,8 +339,8 @@ class DepthwiseSSM(SSMLayer):
         return self._mix(y), [x]
 
     def counts(self) -> Counts:
-        h, j, n = self.h_in, self.h_out, self.n_states
-        mix_p, mix_f = (h * j, 2 * h * j) if self.mixer is not None else (0, 0)
+        h, n = self.h_in, self.n_states
+        mix_p, mix_f = self._mixer_counts()
         return Counts(3 * h * n + mix_p, 9 * h * n + mix_f)  # Table 3: depthwise(-separable)
 
 

@@ -128,9 +128,7 @@ class DiagonalModes(nn.Module):
 
     @memory.setter
     def memory(self, steps: float) -> None:
-        if not (steps == 0 or (math.isfinite(steps) and steps >= 1)):
-            raise ValueError(f"a mode memory must be 0 (unbounded) or at least one step, got {steps}")
-        self._memory = float(steps)
+        self._memory = memory_steps(steps)
 
     def dtA(self) -> tuple[Tensor, Tensor]:
         """``Δ A`` as ``(real, imag)``, each of shape ``S``; ``Ā = exp(Δ A)`` (eq. 2), with the leak
@@ -139,6 +137,13 @@ class DiagonalModes(nn.Module):
         a_re = -(torch.exp(self.a_log) + MIN_DECAY)
         leak = 1.0 / self._memory if self._memory else 0.0
         return dt * a_re - leak, dt * self.a_im
+
+
+def memory_steps(steps: float) -> float:
+    """A memory bound in steps, checked: 0 (unbounded) or at least one step."""
+    if not (steps == 0 or (math.isfinite(steps) and steps >= 1)):
+        raise ValueError(f"a memory bound must be 0 (unbounded) or at least one step, got {steps}")
+    return float(steps)
 
 
 def phase(wi: Tensor, t: Tensor) -> Tensor:

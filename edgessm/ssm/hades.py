@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .precision import float32_island
 from .stream import Counts, State, Streamable
 
 _MASKED = 1e4  # exp(-_MASKED) = 0: the upper triangle of a decay matrix
@@ -123,18 +124,14 @@ class HadesSSM(Streamable):
         means = [("mean", (self.h_in,))] if self.mean == "ema" else [("sum", (self.h_in,)), ("count", (1,))]
         return [*means, ("h", (self.heads, self.n_states, self.head_dim))]
 
+    @float32_island
     def forward(self, u: Tensor) -> Tensor:
-        """``(B, H, L) -> (B, H', L)`` from the zero state, chunk by chunk (exactly what :meth:`step` streams)."""
+        """``(B, H, L) -> (B, H', L)`` from the zero state, chunk by chunk (exactly what :meth:`step` streams).
+        The scan's decays and sums stay in float32 under autocast."""
         state = self.init_state(int(u.shape[0]), device=u.device, dtype=u.dtype)
-        outs, experts, probs = [], [], []
-        for pos in range(0, int(u.shape[-1]), self.chunk):
-            y, state, e, p = self._chunk(u[..., pos : pos + self.chunk], state)
-            outs.append(y)
-            experts.append(e)
-            probs.append(p)
-        y = torch.cat(outs, -1) if outs else u.new_zeros(int(u.shape[0]), self.h_out, 0)
+        y, _, experts, probs = self._chunks(u, state)
         self.aux_losses = {}
-        if self.training and self.experts and outs:
+        if self.training and self.experts and experts:
             self.aux_losses = {
                 "balance": self.balance_weight * _balance(torch.cat(probs, 1)),
                 "diversity": self.diversity_weight * _diversity(torch.cat(experts, 2)),
@@ -143,11 +140,20 @@ class HadesSSM(Streamable):
 
     def step(self, u: Tensor, state: State) -> tuple[Tensor, State]:
         """Advance by ``u (B, H, T)``, any ``T``; returns ``(B, H', T)`` and the new state."""
-        outs = []
+        y, state, _, _ = self._chunks(u, state)
+        return y, state
+
+    def _chunks(self, u: Tensor, state: State) -> tuple[Tensor, State, list[Tensor], list[Tensor]]:
+        """``u (B, H, L)`` in chunks of ``chunk`` frames: output, state, and per chunk the expert outputs and
+        router probabilities (for the losses)."""
+        outs, experts, probs = [], [], []
         for pos in range(0, int(u.shape[-1]), self.chunk):
-            y, state, _, _ = self._chunk(u[..., pos : pos + self.chunk], state)
+            y, state, e, p = self._chunk(u[..., pos : pos + self.chunk], state)
             outs.append(y)
-        return (torch.cat(outs, -1) if outs else u.new_zeros(int(u.shape[0]), self.h_out, 0)), state
+            experts.append(e)
+            probs.append(p)
+        y = torch.cat(outs, -1) if outs else u.new_zeros(int(u.shape[0]), self.h_out, 0)
+        return y, state, experts, probs
 
     def counts(self) -> Counts:
         """Parameters and FLOPs per frame: projections, router, and per head ``4NP`` for the state update
@@ -160,11 +166,10 @@ class HadesSSM(Streamable):
 
     # -- one chunk ---------------------------------------------------------------------------------
 
-    def _running_mean(self, ut: Tensor, state: State) -> tuple[Tensor, State]:
-        """``μ (B, T, H)`` for the chunk ``ut (B, T, H)`` and the new mean state."""
-        t = int(ut.shape[1])
-        idx = torch.arange(t, device=ut.device)
-        lower = (idx[:, None] >= idx[None, :]).to(ut.dtype)  # [t, s] = 1 for s <= t
+    def _running_mean(self, ut: Tensor, state: State, lower: Tensor) -> tuple[Tensor, State]:
+        """``μ (B, T, H)`` for the chunk ``ut (B, T, H)`` and the new mean state; ``lower (T, T)`` the ones on
+        and below the diagonal."""
+        idx = torch.arange(int(ut.shape[1]), device=ut.device)
         if self.mean == "ema":
             (prev,) = state
             lag = (idx[:, None] - idx[None, :]).clamp_min(0).to(ut.dtype)
@@ -200,12 +205,12 @@ class HadesSSM(Streamable):
         ut = u.transpose(1, 2)  # (B, T, H)
         x, bm, cm, base = self.in_proj(ut).split([m * p, n, n, m], dim=-1)
         x = x.reshape(b, t, m, p)
-        mu, mean_state = self._running_mean(ut, state[:-1])
+        idx = torch.arange(t, device=u.device)
+        lower = (idx[:, None] >= idx[None, :]).to(u.dtype)  # [t, s] = 1 for s <= t
+        mu, mean_state = self._running_mean(ut, state[:-1], lower)
         bias, weights, probs = self._route(base, ut - mu)
         dt = _softplus(base + self.dt_bias + bias)  # (B, T, M)
         log_a = (dt * -torch.exp(self.A_log)).transpose(1, 2)  # (B, M, T)
-        idx = torch.arange(t, device=u.device)
-        lower = (idx[:, None] >= idx[None, :]).to(u.dtype)
         cum = log_a @ lower.T  # Σ_{r <= t} log a_r: (B, M, T)
         seg = (cum.unsqueeze(-1) - cum.unsqueeze(-2)) * lower - (1 - lower) * _MASKED  # cum_t - cum_s, s <= t
         xs = (x * dt.unsqueeze(-1)).transpose(1, 2)  # Δ_s x_s: (B, M, T, P)

@@ -47,7 +47,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .blocks import SSMLayer, _hi, _kaiming
+from .blocks import ChannelKernelSSM, _hi
+from .discretize import memory_steps
 from .fftconv import causal_conv, fft_size
 from .precision import float32_island
 from .stream import Counts, State
@@ -58,7 +59,7 @@ EPS = 1e-6
 MARGIN = 1e-3
 
 
-class RationalSSM(SSMLayer):
+class RationalSSM(ChannelKernelSSM):
     """Depthwise RTF block: a rational kernel per channel, then an optional ``H -> H'`` mixer.
 
     Args:
@@ -85,8 +86,6 @@ class RationalSSM(SSMLayer):
         super().__init__()
         h_out = h_in if h_out is None else h_out
         groups = h_in if denominators is None else denominators
-        if not mixer and h_out != h_in:
-            raise ValueError("an RTF block without mixer keeps its channel count (h_out == h_in)")
         if groups < 1 or h_in % groups:
             raise ValueError(f"denominators={groups} must divide the {h_in} input channels")
         if n_states < 1:
@@ -106,7 +105,7 @@ class RationalSSM(SSMLayer):
             p._optim = {"weight_decay": 0.0}  # type: ignore[attr-defined]
         self.b = nn.Parameter(b)
         self.h0 = nn.Parameter(torch.randn(h_in))
-        self.mixer = _kaiming(h_out, h_in) if mixer else None
+        self._set_mixer(h_in, h_out, mixer)
         self.memory = 0.0
 
     @property
@@ -117,9 +116,7 @@ class RationalSSM(SSMLayer):
 
     @memory.setter
     def memory(self, steps: float) -> None:
-        if not (steps == 0 or (math.isfinite(steps) and steps >= 1)):
-            raise ValueError(f"a memory bound must be 0 (none) or at least one step, got {steps}")
-        self._memory = float(steps)
+        self._memory = memory_steps(steps)
 
     # -- the transfer function ---------------------------------------------------------------------
 
@@ -146,19 +143,10 @@ class RationalSSM(SSMLayer):
         with torch.no_grad():
             return torch.linalg.eigvals(_companion(_hi(self.denominator())))
 
-    def _mix(self, y: Tensor) -> Tensor:
-        return y if self.mixer is None else self.mixer @ y
-
     @float32_island
     def forward(self, u: Tensor) -> Tensor:
         """``(B, H, L) -> (B, H', L)``."""
         return self._mix(causal_conv(u, self.kernel(int(u.shape[-1])), "depthwise"))
-
-    def impulse_response(self, length: int) -> Tensor:
-        k = self.kernel(length)
-        if self.mixer is None:
-            return torch.diag_embed(k.T).permute(1, 2, 0)
-        return self.mixer[:, :, None] * k[None]
 
     # -- streaming ---------------------------------------------------------------------------------
 
@@ -178,8 +166,8 @@ class RationalSSM(SSMLayer):
         return self._mix(y), [x]
 
     def counts(self) -> Counts:
-        h, j, n = self.h_in, self.h_out, self.n_states
-        mix_p, mix_f = (h * j, 2 * h * j) if self.mixer is not None else (0, 0)
+        h, n = self.h_in, self.n_states
+        mix_p, mix_f = self._mixer_counts()
         # a per group, b and h0 per channel; per sample and channel 2N for the all-pole update, 2N + 2 readout
         return Counts(self.groups * n + h * n + h + mix_p, h * (4 * n + 2) + mix_f)
 

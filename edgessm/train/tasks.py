@@ -566,16 +566,6 @@ def _compressed_error(est: Tensor, ref: Tensor, bins: int, low: int, scale: Tens
     return ((er - rr) ** 2 + (ei - ri) ** 2).mean()
 
 
-class _BankSampler:
-    """``(length, rng) -> (length,)`` crop of a random recording of a noise bank (picklable, for loaders)."""
-
-    def __init__(self, bank) -> None:
-        self.bank = bank
-
-    def __call__(self, length: int, rng: np.random.Generator) -> np.ndarray:
-        return self.bank.sample(length, rng)
-
-
 class DenoiseTask(Task):
     """Waveform-to-waveform: SmoothL1 (beta 0.5) on waveforms + a ramped ERB spectral loss (App. E.2)."""
 
@@ -653,7 +643,7 @@ class DenoiseTask(Task):
         if not paths:
             raise CorpusError(f"data.music_sources {list(self.data.music_sources)} hold no recordings (`make music`)")
         store = AudioStore(paths, max_samples=int(self.data.music_max_s * SAMPLE_RATE), progress=True, cache=True)
-        return _BankSampler(NoiseBank.wrap(store, [Path(p).name for p in paths]))
+        return NoiseBank.wrap(store, [Path(p).name for p in paths]).sample  # picklable for the loader workers
 
     def _prepare_words(self) -> None:
         """The training speakers' clean word clips of ``word_sources`` (validation and test speakers and
