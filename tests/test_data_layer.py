@@ -179,6 +179,51 @@ def test_label_cli_writes_a_manifest_and_reports_wer(tmp_path, capsys) -> None:
     assert "no such file or folder" in capsys.readouterr().err
 
 
+def test_split_at_pauses_cuts_in_the_widest_pause_and_keeps_every_word() -> None:
+    from edgessm.data.label import split_at_pauses
+
+    # ten 0.5 s words, 0.1 s apart, except a 0.8 s pause after word 6 (ends 4.3 s, next starts 5.1 s)
+    words, t = [], 0.2
+    for i in range(10):
+        words.append([f"w{i}", round(t, 2), round(t + 0.5, 2), 0.9])
+        t += 0.6 + (0.7 if i == 6 else 0.0)
+    duration = words[-1][2] + 0.3
+    assert split_at_pauses(words, duration, 30.0) == [(0.0, duration, 0, 10)]
+    spans = split_at_pauses(words, duration, 6.0)
+    assert [(a, b) for _, _, a, b in spans] == [(0, 7), (7, 10)]  # the 0.8 s pause, not the first that fits
+    assert spans[0][1] == pytest.approx((4.3 + 5.1) / 2) and spans[-1][1] == duration
+    for lo, hi, a, b in spans:  # every span within the limit and its words whole inside it
+        assert hi - lo <= 6.0 and all(lo <= w[1] and w[2] <= hi for w in words[a:b])
+    spans = split_at_pauses(words, duration, 2.0)  # many cuts: still every word exactly once
+    assert [w for _, _, a, b in spans for w in range(a, b)] == list(range(10))
+    assert all(hi - lo <= 2.0 for lo, hi, _, _ in spans)
+    assert split_at_pauses([["long", 0.1, 9.0, 0.9]], 9.5, 4.0) == [(0.0, 9.5, 0, 1)]  # one word: one span
+
+
+@needs_teacher
+def test_label_max_piece_cuts_long_files_into_transcribed_pieces(tmp_path) -> None:
+    from edgessm.cli import main
+    from edgessm.data.audio import load_audio, write_audio
+    from edgessm.data.manifest import read_manifest
+
+    _espeak(tmp_path, "turn the lights on in the kitchen", "a.wav")
+    _espeak(tmp_path, "please play some music in the garden", "b.wav")
+    a, _ = load_audio(tmp_path / "a.wav", 16000)
+    b, _ = load_audio(tmp_path / "b.wav", 16000)
+    rec = tmp_path / "recs"
+    rec.mkdir()
+    gap = np.zeros(16000, np.float32)
+    write_audio(rec / "both.wav", np.concatenate([gap[:4000], a, gap, b, gap[:4000]]), 16000)
+    out = tmp_path / "labels.csv"
+    limit = (len(a) + len(b) + 16000) / 16000 - 0.5  # too long for one piece, each sentence fits
+    assert main(["label", str(rec), "--out", str(out), "--max-piece", str(limit), "--jobs", "1", "--quiet"]) == 0
+    clips = read_manifest(out)
+    assert len(clips) == 2 and "kitchen" in clips[0].text and "garden" in clips[1].text
+    assert "garden" not in clips[0].text and "kitchen" not in clips[1].text
+    for c in clips:
+        assert Path(c.path).parent.name == "segments" and len(load_audio(c.path, 16000)[0]) <= limit * 16000 + 1
+
+
 # ---- loaders ----
 
 
@@ -200,3 +245,12 @@ def test_pseudolabeled_sentences_spell_numbers_and_take_relabels(tmp_path) -> No
     write_manifest(labels, [Clip(str(d / "coffee" / "a.flac"), text="i'd like two large lattes")])
     relabelled = shared_pseudolabeled_sentences(tmp_path, labels=labels)
     assert [c.text for c in relabelled] == ["i'd like two large lattes"]  # b has no accepted label: left out
+    # pieces of a long file (edgessm label --max-piece): one clip each, the speaker of their file
+    pieces = tmp_path / "pieces.csv"
+    b = (d / "coffee" / "b.flac").resolve()
+    pieces.write_text(f"path,text,audio\nsegments/b_0.flac,chapter one,{b}\nsegments/b_1.flac,the end,{b}\n")
+    cut = shared_pseudolabeled_sentences(tmp_path, labels=pieces)
+    assert [(Path(c.path).name, c.speaker, c.text) for c in cut] == [
+        ("b_0.flac", "librispeech-7", "chapter one"),
+        ("b_1.flac", "librispeech-7", "the end"),
+    ]

@@ -424,3 +424,16 @@ def test_piper_voice_assets_come_from_the_installed_package() -> None:
     model, config = engine._models[st.voices[0].name]
     assert model.suffix == ".onnx" and model.is_file() and config.is_file()
     assert "site-packages" in str(model) or "dist-packages" in str(model)
+
+
+def test_time_limit_writes_a_partial_manifest_and_the_rerun_completes_it(tmp_path) -> None:
+    """A run out of time lists what is rendered (a usable corpus) and says how much is left; the same
+    call without the limit renders only the rest."""
+    require("flite")
+    kw = dict(kinds=("keywords",), per_voice=PerVoice(1, 0, 0), keywords=("yes", "no"), voices=["flite:slt"],
+              jobs=1, progress=False, log=None)  # fmt: skip
+    first = generate_corpus(tmp_path / "c", time_limit_min=0.0, **kw)
+    assert first.clips == 0 and first.missing_clips == 8 and "8 planned clips not rendered" in first.summary()
+    assert read_manifest(first.manifest) == []
+    done = generate_corpus(tmp_path / "c", **kw)
+    assert done.clips == 8 and done.missing_clips == 0 and done.synthesized == 8

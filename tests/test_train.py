@@ -405,6 +405,44 @@ def test_ctc_examples_mix_sentences_words_and_joined_word_sequences(tmp_path: Pa
     assert task.describe()["labels"][:3] == ["<blank>", " ", "'"]
 
 
+def test_source_weights_set_each_sources_share_of_the_draws(tmp_path: Path, monkeypatch) -> None:
+    """A 2-clip real source weighted 3 : 1 against a 6-clip synthetic one gets 3/4 of the words drawn."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.tasks import build_task, source_draw_weights
+
+    clips = []
+    for i in range(8):
+        write_audio(tmp_path / f"{i}.wav", 0.1 * np.ones(8000, np.float32), 16000)
+        src = "real" if i < 2 else "synth:tts"
+        clips.append(Clip(str(tmp_path / f"{i}.wav"), speaker=f"s{i}", text="abcdefgh"[i], split="train", source=src))
+    clips.append(Clip(str(tmp_path / "0.wav"), speaker="v", text="a", split="validation", source="real"))
+    write_manifest(tmp_path / "m.csv", clips)
+
+    def task_with(weights):
+        cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                     "pools": [320]},
+                                     "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "sentence_weight": 0,
+                                              "word_weight": 1, "sequence_weight": 0, "source_weights": weights}})  # fmt: skip
+        return build_task(cfg)
+
+    weighted, plain = task_with({"real": 3, "synth:*": 1}).train_set(), task_with({}).train_set()
+    items = [weighted[(i, i)]["text"] for i in range(800)]
+    real = sum(t in ("a", "b") for t in items) / len(items)
+    assert 0.70 < real < 0.80 and len(set(items)) == 8
+    uniform = [plain[(i, i)]["text"] for i in range(800)]
+    assert 0.18 < sum(t in ("a", "b") for t in uniform) / 800 < 0.32  # no weights: 2 of 8 clips
+    p = source_draw_weights(["a", "b", "b", "c"], {"a": 2, "*": 1})
+    assert np.allclose(p, [0.5, 0.125, 0.125, 0.25])
+    with pytest.raises(ValueError, match="no pattern matches source 'synth:tts'"):
+        task_with({"real": 1}).train_set()
+    with pytest.raises(ValueError, match="weight 0"):
+        source_draw_weights(["a"], {"a": 0})
+
+
 def test_ctc_warmup_silence_precedes_every_example_and_is_not_scored(tmp_path: Path, monkeypatch) -> None:
     """``warmup_s``: examples start with that much silence; its frames never enter the loss or the decoding."""
     monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))

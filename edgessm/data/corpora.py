@@ -249,6 +249,8 @@ def shared_pseudolabeled_sentences(shared: Path | None = None, labels: str | os.
     """2.6 h of real English sentences (351 LibriSpeech utterances of 261 speakers, 619 spoken coffee orders)
     with machine transcripts: the folder's own Whisper tiny.en text, spelled out in our alphabet, or the
     ``text`` of an ``edgessm label`` manifest of the same files (``labels``; its rejected files are left out).
+    Where ``edgessm label --max-piece`` cut a file into pieces, each piece is a clip (its audio is the
+    piece), with the speaker of the file it came from.
 
     The coffee orders carry no speaker ids: each is its own speaker (``coffee-<file>``), so a split by
     speaker may put one person on both sides for this source.
@@ -256,21 +258,25 @@ def shared_pseudolabeled_sentences(shared: Path | None = None, labels: str | os.
     from .teacher import spoken_text
 
     d = (shared or shared_data_dir()) / "real_sentences_pseudolabeled"
-    relabelled: dict[str, str] | None = None
+    relabelled: dict[str, list[tuple[str, str]]] | None = None
     if labels is not None:
+        labels = Path(labels).expanduser()
         relabelled = {}
-        for c in read_manifest(labels):
-            relabelled[str(Path(c.path).resolve())] = c.text
+        with open(labels, newline="") as f:  # the label manifest: path (the piece), text, audio (its file)
+            for r in csv.DictReader(f):
+                piece = str((labels.parent / r["path"]).resolve())
+                origin = str(Path(r.get("audio") or piece).resolve())
+                relabelled.setdefault(origin, []).append((piece, r["text"]))
     clips = []
     for r in _rows(d / "manifest.csv"):
         path = d / r["path"]
-        if relabelled is not None:
-            text = relabelled.get(str(path.resolve()))
-            if not text:
-                continue
-        else:
-            text = spoken_text(r["whisper_tiny_en_text"])
         speaker = r["speaker"] or f"coffee-{Path(r['path']).stem}"
+        if relabelled is not None:
+            for piece, text in relabelled.get(str(path.resolve()), []):
+                if text:
+                    clips.append(Clip(piece, speaker=speaker, text=text, source="real_sentences_pseudolabeled"))
+            continue
+        text = spoken_text(r["whisper_tiny_en_text"])
         clips.append(Clip(str(path), speaker=speaker, text=text, source="real_sentences_pseudolabeled"))
     return clips
 

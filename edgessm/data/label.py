@@ -2,8 +2,11 @@
 offline teacher (:mod:`edgessm.data.teacher`), written as a training manifest.
 
 Files up to 30 s are labelled whole. Longer ones are cut at the speech regions Silero VAD finds into
-pieces of at most 28 s, written as FLAC beside the manifest (``<out folder>/segments/``), so every row of
-the manifest is a file a training recipe can read (``manifest:PATH`` in a recipe's ``[data] sources``).
+pieces of at most 28 s. With ``--max-piece S`` every labelled piece longer than S seconds is cut again,
+at the pauses between the teacher's words, into pieces of at most S seconds (training recipes leave out
+utterances longer than their ``max_samples``). Cut pieces are written as FLAC beside the manifest
+(``<out folder>/segments/``), so every row of the manifest is a file a training recipe can read
+(``manifest:PATH`` in a recipe's ``[data] sources``).
 Rows whose confidence is below ``--min-confidence`` (or that are no speech) go to ``<out>.rejected.csv``.
 Results are kept as they arrive (``<out>.partial.jsonl``): an interrupted run resumes where it stopped.
 """
@@ -68,8 +71,51 @@ def _inputs(items: Sequence[str]) -> list[Path]:
     return sorted({f.resolve() for f in files})
 
 
-def label_file(path: str, segments_dir: str, model_dir: str | None = None) -> list[Row] | str:
-    """Label one file (runs in a worker). Returns its rows, or an error message for a file it cannot read."""
+def split_at_pauses(words: Sequence[Sequence], duration_s: float, max_s: float) -> list[tuple[float, float, int, int]]:
+    """Cut a labelled piece at the pauses between its words into spans of at most ``max_s`` seconds.
+
+    Args:
+        words: ``[[text, start_s, end_s, prob], ...]`` in time order (the teacher's word times).
+        duration_s: the piece's length.
+        max_s: the longest span wanted.
+
+    Returns:
+        ``(start_s, end_s, first_word, end_word)`` per span, covering every word once; a span is cut in the
+        middle of the widest pause within the last half of the words that fit (so its words are whole even
+        when the word times are a little off). A single word longer than ``max_s`` stays one span. One span
+        of the whole piece when it already fits.
+    """
+    if duration_s <= max_s or len(words) < 2:
+        return [(0.0, duration_s, 0, len(words))]
+    spans = []
+    start_s, i = 0.0, 0
+    while i < len(words):
+        if duration_s - start_s <= max_s:
+            spans.append((start_s, duration_s, i, len(words)))
+            break
+        j = i + 1  # words[i:j] fit: their end is within max_s of the span's start (keep a little margin)
+        while j < len(words) and float(words[j][2]) - start_s <= max_s - 0.1:
+            j += 1
+        if j == len(words):  # every word left fits; the silence after them is left out
+            spans.append((start_s, min(duration_s, start_s + max_s), i, len(words)))
+            break
+        lo = i + 1 + (j - i - 1) // 2
+        if j <= i + 1:
+            k = i + 1
+        else:
+            k = max(range(lo, j + 1), key=lambda m: (float(words[m][1]) - float(words[m - 1][2]), m))
+        gap_lo, gap_hi = float(words[k - 1][2]), float(words[k][1])
+        cut = min(max((gap_lo + gap_hi) / 2, gap_lo), start_s + max_s) if gap_hi >= gap_lo else gap_lo
+        spans.append((start_s, cut, i, k))
+        start_s, i = cut, k
+    return spans
+
+
+def label_file(
+    path: str, segments_dir: str, model_dir: str | None = None, max_piece_s: float | None = None
+) -> list[Row] | str:
+    """Label one file (runs in a worker). Returns its rows, or an error message for a file it cannot read.
+    Pieces longer than ``max_piece_s`` are cut at word pauses (:func:`split_at_pauses`)."""
     from edgessm.data.audio import AudioError, load_audio, write_audio
 
     from .teacher import WINDOW_S, shared_teacher, speech_segments
@@ -86,13 +132,21 @@ def label_file(path: str, segments_dir: str, model_dir: str | None = None) -> li
     rows = []
     for start, end in pieces:
         t = teacher.transcribe(audio[start:end])
-        target = path
-        if pieces != [(0, len(audio))]:
-            target = str(Path(segments_dir) / f"{Path(path).stem}_{start * 1000 // SAMPLE_RATE:08d}.flac")
-            write_audio(target, audio[start:end], SAMPLE_RATE)
         words = [[w.text, w.start, w.end, round(w.prob, 3)] for w in t.words]
-        rows.append(Row(target, path, start / SAMPLE_RATE, end / SAMPLE_RATE, t.text, t.raw,
-                        round(t.confidence, 4), round(t.no_speech, 4), words))  # fmt: skip
+        spans = [(0.0, (end - start) / SAMPLE_RATE, 0, len(words))]
+        if max_piece_s is not None and t.text:
+            spans = split_at_pauses(words, (end - start) / SAMPLE_RATE, max_piece_s)
+        for s0, s1, w0, w1 in spans:
+            a, b = start + round(s0 * SAMPLE_RATE), min(end, start + round(s1 * SAMPLE_RATE))
+            target = path
+            if (a, b) != (0, len(audio)):
+                target = str(Path(segments_dir) / f"{Path(path).stem}_{a * 1000 // SAMPLE_RATE:08d}.flac")
+                write_audio(target, audio[a:b], SAMPLE_RATE)
+            piece = [[w, round(ws - s0, 3), round(we - s0, 3), p] for w, ws, we, p in words[w0:w1]]
+            text = t.text if len(spans) == 1 else " ".join(w[0] for w in piece)
+            # a cut piece keeps the teacher's confidence of the whole decode; its words keep their own
+            rows.append(Row(target, path, a / SAMPLE_RATE, b / SAMPLE_RATE, text, t.raw if len(spans) == 1 else text,
+                            round(t.confidence, 4), round(t.no_speech, 4), piece))  # fmt: skip
     return rows
 
 
@@ -113,12 +167,14 @@ def _load_partial(partial: Path) -> dict[str, list[Row] | str]:
     return done
 
 
-def _label_all(files: list[Path], out: Path, jobs: int, model_dir: str | None, progress: bool) -> dict[str, object]:
+def _label_all(
+    files: list[Path], out: Path, jobs: int, model_dir: str | None, progress: bool, max_piece_s: float | None = None
+) -> dict[str, object]:
     from tqdm import tqdm
 
     partial = out.with_name(out.name + ".partial.jsonl")
     done = _load_partial(partial)
-    keys = {f: _key(f) for f in files}
+    keys = {f: f"{_key(f)}|{max_piece_s}" for f in files}
     todo = [f for f in files if keys[f] not in done]
     segments_dir = str(out.parent / "segments")
     bar = tqdm(total=len(files), initial=len(files) - len(todo), unit="file", desc="labelling", disable=not progress)
@@ -135,14 +191,14 @@ def _label_all(files: list[Path], out: Path, jobs: int, model_dir: str | None, p
 
         if jobs <= 1 or len(todo) <= 1:
             for f in todo:
-                record(f, label_file(str(f), segments_dir, model_dir))
+                record(f, label_file(str(f), segments_dir, model_dir, max_piece_s))
         else:
             import multiprocessing
 
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
                 results = pool.map(label_file, [str(f) for f in todo], [segments_dir] * len(todo),
-                                   [model_dir] * len(todo), chunksize=4)  # fmt: skip
+                                   [model_dir] * len(todo), [max_piece_s] * len(todo), chunksize=4)  # fmt: skip
                 for f, result in zip(todo, results, strict=True):
                     record(f, result)
     bar.close()
@@ -190,7 +246,9 @@ def run(args: argparse.Namespace) -> int:
         reference = _reference(args.compare) if args.compare else {}
         out.parent.mkdir(parents=True, exist_ok=True)
         model_dir = args.model_dir or str(default_model_dir())
-        results = _label_all(files, out, max(1, args.jobs), model_dir, not args.quiet)
+        if args.max_piece is not None and args.max_piece < 1.0:
+            raise ValueError(f"--max-piece {args.max_piece}: give at least 1 second")
+        results = _label_all(files, out, max(1, args.jobs), model_dir, not args.quiet, args.max_piece)
     except (ValueError, TeacherError) as e:
         print(f"edgessm label: {e}", file=sys.stderr)
         return 2
@@ -267,6 +325,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CSV[:COLUMN]",
         help="a manifest with reference transcripts of the same files: report the WER against it",
     )
+    parser.add_argument(
+        "--max-piece", type=float, metavar="S",
+        help="cut labelled pieces longer than S seconds at the pauses between words (e.g. 8 for a recipe whose "
+        "max_samples is 8 s; default: pieces up to 28 s)",
+    )  # fmt: skip
     parser.add_argument("--jobs", "-j", type=int, default=2, help="worker processes, one model thread each (default 2)")
     parser.add_argument("--model-dir", help="another CTranslate2 Whisper model folder (default: Whisper tiny.en)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

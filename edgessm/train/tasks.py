@@ -7,7 +7,8 @@ better). Data sources are strings:
 
 * ``shared:sc_train`` / ``shared:fsdd`` / ``shared:sc_digits`` / ``shared:negatives`` /
   ``shared:read_speech`` / ``shared:sentences_pseudolabeled`` -- the real recordings in ``shared/data``
-  (never the SC test set);
+  (never the SC test set); ``shared:sentences_pseudolabeled@LABELS`` takes its transcripts (and its
+  pieces of long files) from an ``edgessm label`` manifest;
 * ``speech_commands:DIR`` -- a Google Speech Commands v2 folder;
 * ``librispeech:DIR`` -- a LibriSpeech-style transcribed folder;
 * ``folder:DIR`` -- any folder tree of audio (clean speech for denoising);
@@ -19,8 +20,9 @@ better). Data sources are strings:
 
 from __future__ import annotations
 
+import fnmatch
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +62,20 @@ def load_sources(specs: list[str], words: str = "sc35") -> list[Clip]:
     for spec in specs:
         kind, _, arg = spec.partition(":")
         if kind == "shared":
+            arg, _, labels = arg.partition("@")
             if arg not in _SHARED:
                 raise ValueError(
                     f"unknown shared source {arg!r}; choose from {sorted(_SHARED)} "
                     "(the Speech Commands test set is for evaluation only)"
                 )
-            clips += _SHARED[arg]()
+            if labels and arg != "sentences_pseudolabeled":
+                raise ValueError(f"{spec!r}: only shared:sentences_pseudolabeled takes an @LABELS manifest")
+            if labels and not Path(labels).expanduser().is_file():
+                raise CorpusError(
+                    f"{spec!r}: no label manifest at {labels}; make it with `edgessm label "
+                    f"<shared>/data/real_sentences_pseudolabeled --out {labels}`"
+                )
+            clips += _SHARED[arg](labels=labels) if labels else _SHARED[arg]()
         elif kind == "speech_commands":
             clips += corpora.speech_commands(arg, words)
         elif kind == "librispeech":
@@ -821,6 +831,38 @@ class AsrData:
     # kept it: every hypothesis began with "o". The streaming runtime starts each stream from the state
     # after this much silence (graph metadata ``warmup_samples``).
     warmup_s: float = 0.0
+    # Share of the draws per source within each kind (sentences, words): Clip.source pattern -> weight,
+    # e.g. {"real_read_speech" = 3, "synth:*" = 1}; the first matching pattern counts, and every source
+    # present must match one. A source's weight is split evenly over its utterances, so a large synthetic
+    # corpus no longer drowns a small real one. Empty: every utterance equally likely.
+    source_weights: dict[str, float] = field(default_factory=dict)
+
+
+def source_draw_weights(sources: list[str], weights: dict[str, float]) -> np.ndarray:
+    """Per-utterance draw probabilities ``(n,)`` for utterances of the given ``sources``: each distinct
+    source gets the weight of its first matching pattern in ``weights``, split evenly over its
+    utterances; empty ``weights``: uniform."""
+    n = len(sources)
+    if not weights or n == 0:
+        return np.full(n, 1.0 / max(n, 1))
+    of_source: dict[str, float] = {}
+    for src in sorted(set(sources)):
+        match = next((w for pat, w in weights.items() if fnmatch.fnmatchcase(src, pat)), None)
+        if match is None:
+            raise ValueError(
+                f"[data] source_weights: no pattern matches source {src!r} (patterns: {sorted(weights)}); "
+                "add one (\"*\" = 1 gives every other source weight 1)"
+            )
+        if not match >= 0:
+            raise ValueError(f"[data] source_weights must be >= 0, got {match} for {src!r}")
+        of_source[src] = float(match)
+    count: dict[str, int] = {}
+    for src in sources:
+        count[src] = count.get(src, 0) + 1
+    p = np.array([of_source[src] / count[src] for src in sources])
+    if p.sum() <= 0:
+        raise ValueError(f"[data] source_weights give every source of a pool weight 0: {sorted(of_source)}")
+    return p / p.sum()
 
 
 class CtcTask(Task):
@@ -885,6 +927,14 @@ class CtcTask(Task):
         for split in ("train", "validation"):
             if not self.pool[split]["sentence"] and not self.pool[split]["word"]:
                 raise CorpusError(f"no {split} utterances of at most {self.data.max_samples} samples")
+        # cumulative draw probabilities per split and kind (source_weights)
+        self._cdf = {
+            split: {
+                kind: np.cumsum(source_draw_weights([self.clips[i].source for i in idx], self.data.source_weights))
+                for kind, idx in kinds.items()
+            }
+            for split, kinds in self.pool.items()
+        }
         self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
         self.augment = build_augment(self.cfg.augment, self.noises)
         self._val = self._validation_items()
@@ -897,8 +947,13 @@ class CtcTask(Task):
             kind = "word"
         if kind != "sentence" and not pool["word"]:
             kind = "sentence"
+        cdf = self._cdf[split]
+
+        def draw(k: str) -> int:
+            return pool[k][min(int(np.searchsorted(cdf[k], rng.random() * cdf[k][-1], side="right")), len(pool[k]) - 1)]
+
         if kind != "sequence":
-            i = pool[kind][int(rng.integers(len(pool[kind])))]
+            i = draw(kind)
             return self.store[i], self.clips[i].text
         n = int(rng.integers(2, max(2, self.data.max_sequence) + 1))
         parts: list[np.ndarray] = []
@@ -906,7 +961,7 @@ class CtcTask(Task):
         lo, hi = self.data.pause_s
         length = 0
         for _ in range(n):
-            i = pool["word"][int(rng.integers(len(pool["word"])))]
+            i = draw("word")
             pause = np.zeros(int(SAMPLE_RATE * rng.uniform(lo, hi)) if parts else 0, np.float32)
             word = speech_span(self.store[i], -30.0, margin=800, abs_floor=1e-4)
             if parts and length + len(pause) + len(word) > self.data.max_samples:

@@ -215,6 +215,7 @@ class CorpusReport:
             ``failed`` could not be made (first messages in ``errors``).
         hours: audio in the manifest; ``seconds``: wall time of this run.
         counts: kind -> split -> clips.
+        missing_clips: planned clips not rendered (a run stopped by its time limit); the manifest omits them.
     """
 
     out_dir: Path
@@ -231,6 +232,7 @@ class CorpusReport:
     errors: list[str] = field(default_factory=list)
     stale: int = 0
     gate: GateReport | None = None
+    missing_clips: int = 0
 
     def summary(self) -> str:
         lines = [f"corpus: {self.out_dir}"]
@@ -241,6 +243,8 @@ class CorpusReport:
             f"  total      {self.clips:>7} clips, {self.hours:.2f} h of audio, {sum(self.voices.values())} voices; "
             f"{self.synthesized} synthesized, {self.cached} cached, {self.failed} failed in {self.seconds:.0f} s"
         )
+        if self.missing_clips:
+            lines.append(f"  partial: {self.missing_clips} planned clips not rendered yet (rerun the same command)")
         if self.stale:
             lines.append(f"  {self.stale} files from other parameters are not in the manifest (--prune deletes them)")
         if self.gate is not None:
@@ -260,8 +264,14 @@ def describe_inventory(statuses: dict[str, EngineStatus]) -> list[str]:
 
 
 def _run_batches(
-    engines: dict[str, Engine], todo: list[Utterance], root: Path, jobs: int, progress: bool
+    engines: dict[str, Engine],
+    todo: list[Utterance],
+    root: Path,
+    jobs: int,
+    progress: bool,
+    deadline: float | None = None,
 ) -> list[_Result]:
+    """Render ``todo`` in voice batches; after ``deadline`` (``time.time()``) no new batch starts."""
     batches: list[tuple[Engine, Voice, list[Utterance]]] = []
     by_voice: dict[Voice, list[Utterance]] = {}
     for u in todo:
@@ -277,6 +287,8 @@ def _run_batches(
     try:
         if jobs <= 1:
             for engine, voice, items in batches:
+                if deadline is not None and time.time() > deadline:
+                    break
                 results += render_batch(engine, voice, items, str(root))
                 bar.update(len(items))
         else:
@@ -285,6 +297,11 @@ def _run_batches(
                 pending = {pool.submit(render_batch, e, v, items, str(root)): items for e, v, items in batches}
                 try:
                     while pending:
+                        if deadline is not None and time.time() > deadline:
+                            for fut in [f for f in pending if f.cancel()]:
+                                pending.pop(fut)  # not started: left for the next run
+                            if not pending:
+                                break
                         done, _ = wait(pending, return_when=FIRST_COMPLETED)
                         for fut in done:
                             items = pending.pop(fut)
@@ -324,6 +341,7 @@ def generate_corpus(
     teacher_gate: bool = False,
     gate_threshold: float = DEFAULT_THRESHOLD,
     text_sources: Sequence[str] = (),
+    time_limit_min: float | None = None,
 ) -> CorpusReport:
     """Generate (or complete) a synthetic corpus and write its ``manifest.csv`` and ``corpus.json``.
 
@@ -348,6 +366,8 @@ def generate_corpus(
         blends: Kokoro voice blends (with ``engines`` naming ``kokoro``); ``voice_dir`` its base voices.
         teacher_gate: score every word clip with the offline teacher and leave out of the manifest those
             it cannot hear as their word (below ``gate_threshold``; see :mod:`.gate`).
+        time_limit_min: start no new batch after this many minutes; the manifest then lists the clips
+            present so far (``report.missing_clips`` says how many are still to render; rerun to go on).
 
     Returns:
         A :class:`CorpusReport`; the same arguments always give byte-identical wav files and manifest.
@@ -378,7 +398,8 @@ def generate_corpus(
     plan = plan_corpus(adapters, chosen, splits, kinds, amounts, weights, seed, n_sentences, keywords, text_sources)
     todo = [u for u in plan if not (root / u.relpath).is_file()]
     say(f"{len(plan)} clips planned over {len(chosen)} voices; {len(plan) - len(todo)} already present in {root}")
-    results = _run_batches({e.name: e for e in adapters}, todo, root, jobs, progress) if todo else []
+    deadline = started + 60.0 * time_limit_min if time_limit_min is not None else None
+    results = _run_batches({e.name: e for e in adapters}, todo, root, jobs, progress, deadline) if todo else []
 
     made = {r.relpath: r.seconds for r in results if not r.error}
     report.errors = [r.error for r in results if r.error]
@@ -400,6 +421,7 @@ def generate_corpus(
         elif path.is_file():
             secs = wav_seconds(path)
         else:
+            report.missing_clips += 1
             continue
         clips.append(Clip(str(path), u.voice.id, u.label, u.text, u.split, f"synth:{u.voice.engine}"))
         seconds_by_engine[u.voice.engine] = seconds_by_engine.get(u.voice.engine, 0.0) + secs
