@@ -171,3 +171,41 @@ def test_flop_model_leading_terms() -> None:
     assert full < nat
     assert cheapest_plan(b, h, j, n, L).order == "full"
     assert math.isfinite(nat) and math.isfinite(full)
+
+
+def test_measured_plan_times_every_order_once_and_caches_the_fastest(monkeypatch) -> None:
+    from edgessm.ssm import fftconv
+
+    monkeypatch.setattr(fftconv, "MEASURED", {})
+    calls = []
+
+    def timer(plan, *args):
+        calls.append(plan)
+        return {"full-freq": 1.0, "natural-time": 3.0}.get(plan.name, 2.0)
+
+    got = fftconv.measured_plan(8, 4, 6, 16, 100, timer=timer)
+    assert got.name == "full-freq" and len(calls) == len(fftconv.PLANS)
+    assert fftconv.measured_plan(8, 4, 6, 16, 100, timer=timer) is got and len(calls) == len(fftconv.PLANS)
+    fftconv.measured_plan(8, 4, 6, 16, 100, backward=False, timer=timer)  # inference is another shape
+    assert len(calls) == 2 * len(fftconv.PLANS)
+
+
+def test_blocks_measure_their_plan_when_asked_and_keep_the_rule_on_cpu(monkeypatch) -> None:
+    """plan='measure' times the four orders on this CPU (real timings) and computes the same function;
+    'auto' on a CPU is the paper's rule and measures nothing."""
+    from edgessm.ssm import fftconv
+    from edgessm.ssm.blocks import BottleneckSSM
+
+    monkeypatch.setattr(fftconv, "MEASURED", {})
+    torch.manual_seed(0)
+    layer = BottleneckSSM(4, 6, 8, 2, plan="measure")
+    u = torch.randn(3, 4, 50)
+    y = layer(u)
+    ((key, plan),) = fftconv.MEASURED.items()
+    assert key[:5] == (3, 4, 6, 8, 50) and key[-1] is True and plan in fftconv.PLANS
+    layer.plan = "natural-time"
+    assert torch.allclose(y, layer(u), atol=1e-5)
+    assert 0 < fftconv.time_plan(plan, 3, 4, 6, 8, 50, repeats=1) < 10
+    layer.plan = "auto"
+    layer(u)
+    assert len(fftconv.MEASURED) == 1

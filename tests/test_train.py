@@ -426,7 +426,8 @@ def test_source_weights_set_each_sources_share_of_the_draws(tmp_path: Path, monk
         cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
                                      "pools": [320]},
                                      "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "sentence_weight": 0,
-                                              "word_weight": 1, "sequence_weight": 0, "source_weights": weights}})  # fmt: skip
+                                              "word_weight": 1, "sequence_weight": 0,
+                                              "source_weights": weights}})  # fmt: skip
         return build_task(cfg)
 
     weighted, plain = task_with({"real": 3, "synth:*": 1}).train_set(), task_with({}).train_set()

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from .labels import DIGITS, UNKNOWN, map_word
-from .manifest import Clip, read_manifest
+from .manifest import Clip
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus")
 

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .discretize import DiagonalModes, auditory_modes, dt_grid, powers, s4d_imag
-from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, plan_bottleneck
+from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, measured_plan, plan_bottleneck
 from .kernels import modal_kernel
 from .precision import float32_island
 from .stream import Counts, State, Streamable, causal_toeplitz
@@ -434,10 +434,16 @@ class _ProjectedSSM(SSMLayer):
         wr, wi = self.modes.dtA()
         return modal_kernel(wr, wi, self._sub_weights(), length)
 
-    def choose_plan(self, batch: int, length: int) -> Plan:
-        """The contraction order ``forward`` uses for this batch size (see :mod:`.fftconv`)."""
+    def choose_plan(self, batch: int, length: int, device: torch.device | None = None) -> Plan:
+        """The contraction order ``forward`` uses for this input (see :mod:`.fftconv`): ``auto`` is the
+        paper's rule on a CPU and the fastest order measured once per shape on a GPU; ``measure`` measures
+        on any device; ``flops`` is the explicit FLOP model; or a plan's name."""
         if isinstance(self.plan, Plan):
             return self.plan
+        device = device or self.B.device
+        if self.plan == "measure" or (self.plan == "auto" and device.type == "cuda"):
+            return measured_plan(batch, self.h_in, self.h_out, self.n_states, length,
+                                 self.modes.live_length(length), device, backward=torch.is_grad_enabled())  # fmt: skip
         if self.plan == "auto":
             return plan_bottleneck(batch, self.h_in, self.h_out, self.n_states)
         if self.plan == "flops":
@@ -445,14 +451,16 @@ class _ProjectedSSM(SSMLayer):
         for p in PLANS:
             if p.name == self.plan:
                 return p
-        raise ValueError(f"unknown plan {self.plan!r}; use 'auto', 'flops' or one of {[p.name for p in PLANS]}")
+        raise ValueError(
+            f"unknown plan {self.plan!r}; use 'auto', 'measure', 'flops' or one of {[p.name for p in PLANS]}"
+        )
 
     @float32_island
     def forward(self, u: Tensor) -> Tensor:
         """``(B, H, L) -> (B, H', L)`` along the planned contraction order."""
         batch, _, length = u.shape
         k = self.kernel(self.modes.live_length(length))
-        return bottleneck_conv(u, k, self.b_bar(), self.C, self.choose_plan(batch, length))
+        return bottleneck_conv(u, k, self.b_bar(), self.C, self.choose_plan(batch, length, u.device))
 
     def impulse_response(self, length: int) -> Tensor:
         return torch.einsum("jn,nl,ni->jil", self.C, self.kernel(length), self.b_bar())

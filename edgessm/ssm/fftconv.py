@@ -22,6 +22,8 @@ that lets tests and benchmarks check the choice.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -167,6 +169,84 @@ def bottleneck_flops(
 def cheapest_plan(batch: int, h_in: int, h_out: int, n: int, length: int) -> Plan:
     """The plan with the fewest FLOPs under :func:`bottleneck_flops`."""
     return min(PLANS, key=lambda p: bottleneck_flops(p, batch, h_in, h_out, n, length))
+
+
+# (batch, h_in, h_out, n, length, kernel length, device, dtype, with backward) -> the fastest plan measured
+MEASURED: dict[tuple, Plan] = {}
+
+
+def time_plan(
+    plan: Plan,
+    batch: int,
+    h_in: int,
+    h_out: int,
+    n: int,
+    length: int,
+    kernel_length: int | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    backward: bool = True,
+    repeats: int = 3,
+) -> float:
+    """Median seconds of one :func:`bottleneck_conv` along ``plan`` (forward, and backward if asked) on
+    random tensors of the given sizes; CUDA events on a GPU, the wall clock elsewhere. One untimed run
+    first (cuFFT plans, allocator). Out of memory counts as infinitely slow."""
+    device = torch.device(device)
+    g = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=g).to(device=device, dtype=dtype).requires_grad_(backward)
+
+    try:
+        u, k = rand(batch, h_in, length), rand(n, kernel_length or length)
+        b, c = rand(n, h_in), rand(h_out, n)
+
+        def run() -> None:
+            y = bottleneck_conv(u, k, b, c, plan)
+            if backward:
+                torch.autograd.grad(y.sum(), (u, k, b, c))
+
+        run()
+        times = []
+        for _ in range(repeats):
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+    except torch.OutOfMemoryError:
+        return math.inf
+    return sorted(times)[len(times) // 2]
+
+
+def measured_plan(
+    batch: int,
+    h_in: int,
+    h_out: int,
+    n: int,
+    length: int,
+    kernel_length: int | None = None,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    backward: bool = True,
+    timer: Callable[..., float] = time_plan,
+) -> Plan:
+    """The fastest of :data:`PLANS` for these sizes, timed once (:func:`time_plan`) and then cached in
+    :data:`MEASURED`: on a GPU the FLOP model is a poor guide (launch-bound sizes, cuFFT's sizes; issue 34),
+    so the blocks measure there. While ``torch.compile`` traces, an unmeasured shape gets the paper's rule."""
+    key = (batch, h_in, h_out, n, length, kernel_length or length, str(torch.device(device)), dtype, backward)
+    if key not in MEASURED:
+        if torch.compiler.is_compiling():
+            return plan_bottleneck(batch, h_in, h_out, n)
+        args = (batch, h_in, h_out, n, length, kernel_length, device, dtype, backward)
+        MEASURED[key] = min(PLANS, key=lambda p: timer(p, *args))
+    return MEASURED[key]
 
 
 def bottleneck_conv(u: Tensor, k: Tensor, b_bar: Tensor, c: Tensor, plan: Plan) -> Tensor:

@@ -7,10 +7,13 @@ kernels ``K_nm[l] = Re(Ā_nm^l)`` are generated (eq. 7):
 
 ``modal_kernel`` evaluates this in blocks of time so the ``(..., M, L)`` basis never exists in
 memory, and its backward pass regenerates the basis instead of saving it (the same idea as a
-fused kernel: memory is ``O(|c| + |k|)``, not ``O(|c| · L)``).
+fused kernel: memory is ``O(|c| + |k|)``, not ``O(|c| · L)``). On CUDA the fused Triton kernel
+(:mod:`edgessm.ssm.fused`) does the same in one launch each way, the basis never leaving registers.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import Tensor
@@ -69,17 +72,25 @@ class _ModalKernel(torch.autograd.Function):
         return dwr, dwi, dc, None
 
 
-def modal_kernel(wr: Tensor, wi: Tensor, c: Tensor, length: int) -> Tensor:
+def modal_kernel(wr: Tensor, wi: Tensor, c: Tensor, length: int, fused: bool | None = None) -> Tensor:
     """``k[..., l] = Σ_m c[..., m] exp(l wr) cos(l wi)`` for ``l < length``.
 
     Args:
         wr, wi: ``Δ Re(A)`` and ``Δ Im(A)``, shape ``(..., M)``.
         c: real weights of the modes (``E``, ``Δ E`` or ones), broadcastable to ``(..., M)``.
         length: number of taps ``L``.
+        fused: ``True`` demands the fused Triton kernel (an error where it cannot run), ``False`` never
+            uses it; ``None`` follows ``EDGESSM_FUSED`` and otherwise fuses on CUDA
+            (:func:`edgessm.ssm.fused.use_fused`).
 
     Returns:
         ``(..., L)`` in the dtype of ``wr``.
     """
+    if fused or (fused is None and (wr.is_cuda or os.environ.get("EDGESSM_FUSED") == "1")):
+        from . import fused as fz  # imports Triton: only where it may be used
+
+        if fz.use_fused(wr, fused):
+            return fz.modal_kernel(wr, wi, c, int(length)).to(wr.dtype)
     shape = torch.broadcast_shapes(wr.shape, wi.shape, c.shape)
     return _ModalKernel.apply(wr.expand(shape), wi.expand(shape), c.expand(shape).to(wr.dtype), int(length))
 

@@ -851,7 +851,7 @@ def source_draw_weights(sources: list[str], weights: dict[str, float]) -> np.nda
         if match is None:
             raise ValueError(
                 f"[data] source_weights: no pattern matches source {src!r} (patterns: {sorted(weights)}); "
-                "add one (\"*\" = 1 gives every other source weight 1)"
+                'add one ("*" = 1 gives every other source weight 1)'
             )
         if not match >= 0:
             raise ValueError(f"[data] source_weights must be >= 0, got {match} for {src!r}")

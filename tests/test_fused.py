@@ -1,0 +1,110 @@
+"""The fused Triton kernels (edgessm.ssm.fused) against the PyTorch paths, on CPU under Triton's interpreter.
+
+CI has no GPU: ``TRITON_INTERPRET=1`` runs the very kernels the GPU compiles, one program at a time in
+numpy. Every test here also checks that the fused path was taken (``fused.CALLS``), so a silent fallback to
+PyTorch fails it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edgessm.ssm import fused
+from edgessm.ssm.kernels import modal_kernel, modal_kernel_reference
+
+pytestmark = [
+    pytest.mark.skipif(fused.triton_version() is None, reason="Triton is not installed here"),
+    pytest.mark.skipif(
+        fused.triton_version() is not None and not fused.interpreting(),
+        reason="Triton was imported without TRITON_INTERPRET=1 (tests/conftest.py sets it before any import)",
+    ),
+]
+
+
+@pytest.fixture
+def interpret(monkeypatch):
+    monkeypatch.delenv("EDGESSM_FUSED", raising=False)
+    fused.CALLS.clear()
+    return fused
+
+
+def _modes(r: int, m: int, seed: int = 0, radius: float = 0.999):
+    g = torch.Generator().manual_seed(seed)
+    wr = torch.log(torch.empty(r, m).uniform_(0.5, radius, generator=g))  # |Ā| in [0.5, radius)
+    wi = torch.empty(r, m).uniform_(-3.1, 3.1, generator=g)
+    c = torch.randn(r, m, generator=g)
+    return wr, wi, c
+
+
+@pytest.mark.parametrize(("r", "m", "length"), [(1, 1, 1), (1, 1, 7), (5, 3, 37), (17, 16, 129), (3, 2, 3001)])
+def test_fused_modal_kernel_and_its_gradients_match_float64(interpret, r, m, length) -> None:
+    """Odd row counts and lengths (partial tiles), N = M = 1, one tap, and a long kernel whose phases
+    l·wi reach thousands of radians (reduced in float64 in the kernel, as in PyTorch)."""
+    wr, wi, c = (t.requires_grad_() for t in _modes(r, m))
+    k = modal_kernel(wr, wi, c, length, fused=True)
+    assert interpret.CALLS["modal_fwd"] == 1 and k.shape == (r, length) and k.dtype == torch.float32
+    g = torch.randn(r, length, generator=torch.Generator().manual_seed(1))
+    grads = torch.autograd.grad((k * g).sum(), (wr, wi, c))
+    assert interpret.CALLS["modal_bwd"] == 1
+    ref_in = [t.detach().double().requires_grad_() for t in (wr, wi, c)]
+    ref = modal_kernel_reference(*ref_in, length)
+    ref_grads = torch.autograd.grad((ref * g.double()).sum(), ref_in)
+    scale = ref.abs().max().clamp_min(1e-30)
+    assert (k.double() - ref).abs().max() / scale < 2e-6
+    for got, want in zip(grads, ref_grads, strict=True):
+        assert (got.double() - want).abs().max() <= 2e-5 * want.abs().max() + 1e-7 * length
+
+
+def test_fused_kernel_broadcasts_like_the_pytorch_path(interpret) -> None:
+    """(..., M) leading shapes and a broadcast weight, as the blocks call it."""
+    wr, wi, _ = _modes(6, 4)
+    wr, wi = wr.reshape(2, 3, 4), wi.reshape(2, 3, 4)
+    ones = torch.ones(())
+    got = modal_kernel(wr, wi, ones, 50, fused=True)
+    want = modal_kernel(wr, wi, ones, 50, fused=False)
+    assert got.shape == (2, 3, 50) and torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["depthwise", "pointwise", "bottleneck", "full"])
+def test_blocks_take_the_fused_path_and_match_pytorch(interpret, monkeypatch, kind) -> None:
+    """A whole SSM layer, forward and backward, with EDGESSM_FUSED=1 (demanded) vs =0 (never)."""
+    from edgessm.ssm.factory import make_ssm
+
+    torch.manual_seed(0)
+    layer = make_ssm(kind, 6, 6, 8, n_sub=3)
+    u = torch.randn(2, 6, 45)
+    results = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("EDGESSM_FUSED", mode)
+        layer.zero_grad()
+        y = layer(u)
+        (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
+        results[mode] = (y.detach(), [p.grad.clone() for p in layer.parameters() if p.grad is not None])
+    assert interpret.CALLS["modal_fwd"] >= 1 and interpret.CALLS["modal_bwd"] >= 1
+    (y0, g0), (y1, g1) = results["0"], results["1"]
+    assert torch.allclose(y1, y0, rtol=1e-4, atol=1e-5)
+    assert len(g0) == len(g1) > 0
+    for a, b in zip(g1, g0, strict=True):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-5 * (1 + b.abs().max()))
+
+
+def test_a_demanded_fused_path_never_falls_back_in_silence(monkeypatch) -> None:
+    monkeypatch.setattr(fused, "interpreting", lambda: False)  # as on a CPU without the interpreter
+    wr, wi, c = _modes(2, 2)
+    with pytest.raises(fused.FusedUnavailable, match="CUDA tensors"):
+        modal_kernel(wr, wi, c, 10, fused=True)
+    monkeypatch.setenv("EDGESSM_FUSED", "1")
+    with pytest.raises(fused.FusedUnavailable, match="EDGESSM_FUSED=1"):
+        modal_kernel(wr, wi, c, 10)
+    monkeypatch.undo()
+    monkeypatch.setenv("EDGESSM_FUSED", "1")
+    with pytest.raises(fused.FusedUnavailable, match="float32"):
+        modal_kernel(wr.double(), wi.double(), c.double(), 10)
+
+
+def test_cpu_default_is_the_pytorch_path(monkeypatch) -> None:
+    monkeypatch.delenv("EDGESSM_FUSED", raising=False)  # the interpreter could run it: still PyTorch on CPU
+    fused.CALLS.clear()
+    modal_kernel(*_modes(2, 2), 10)
+    assert not fused.CALLS and not fused.use_fused(torch.zeros(1))
