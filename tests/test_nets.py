@@ -154,3 +154,31 @@ def test_memory_s_bounds_every_block_at_its_own_rate() -> None:
     assert all(m.memory == 0 for m in build_network("kws", **cfg).modules() if isinstance(m, DiagonalModes))
     with pytest.raises(ValueError, match="memory_s"):
         build_network("kws", **cfg, memory_s=-1.0)
+
+
+def test_kernel_length_reads_no_parameter_off_the_cpu() -> None:
+    """live_length syncs with the parameters on a CPU only: on a GPU that read would stall every layer
+    of every step and stop CUDA graphs (issue 34)."""
+    from edgessm.ssm.blocks import DepthwiseSSM
+
+    layer = DepthwiseSSM(4, 4, 8)
+    assert layer.modes.live_length(100_000) < 100_000  # CPU: the modes' ringing, shorter than the input
+    assert layer.to("meta").modes.live_length(100_000) == 100_000  # any other device: the whole length
+
+
+@pytest.mark.parametrize("recipe", ["kws_v5", "denoise", "asr"])
+def test_recipe_networks_compile_into_one_graph(recipe) -> None:
+    """No graph breaks (host syncs, data-dependent shapes) in the shipped networks' forward: torch.compile
+    makes one graph of it and the step can be captured (issue 34)."""
+    import torch._dynamo
+
+    from edgessm.train.config import load_config
+    from edgessm.train.tasks import build_task
+
+    net = build_task(load_config(recipe)).build_model()
+    try:
+        explained = torch._dynamo.explain(net)(torch.randn(2, 1, 16000))
+    finally:
+        torch._dynamo.reset()
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+    assert explained.graph_count == 1

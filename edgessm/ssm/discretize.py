@@ -113,7 +113,14 @@ class DiagonalModes(nn.Module):
 
         Convolving with only that much of a kernel changes nothing at float32 resolution, and when the
         modes ring for less than the input is long, the FFTs shrink from ``2 L`` to ``L + live`` points.
+
+        Off the CPU (and while ``torch.compile`` traces) it is ``length``: a kernel length read from the
+        parameters would make the host wait for the GPU in every layer of every step, and a step that syncs
+        can be neither captured as a CUDA graph nor compiled into one graph (issue 34). The FFTs it saves are
+        a small part of a GPU step.
         """
+        if self.a_log.device.type != "cpu" or torch.compiler.is_compiling():
+            return length
         with torch.no_grad():
             wr, _ = self.dtA()
         need = math.log(tail) / float(wr.max())
