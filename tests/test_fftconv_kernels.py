@@ -219,8 +219,8 @@ def test_bench_fftconv_gpu_table_and_a_clear_line_without_cuda(capsys, monkeypat
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert bench.main(["--device", "cuda"]) == 1
     assert capsys.readouterr().out.strip() == "fftconv: no CUDA device is visible on this machine (--device cuda)"
-    row = bench.Result("batch", 256, 16, 32, 256, 16, 2048, "full-freq", 10.0, 22.0, None, 2.0,
-                       measured_plan="natural-time", measured_ms=5.0, unfused_ms=12.0, peak_mib=600, kernels=90)  # fmt: skip
+    gpu = {"measured_plan": "natural-time", "measured_ms": 5.0, "unfused_ms": 12.0, "peak_mib": 600, "kernels": 90}
+    row = bench.Result("batch", 256, 16, 32, 256, 16, 2048, "full-freq", 10.0, 22.0, None, 2.0, **gpu)
     out = io.StringIO()
     bench.print_table([row], out)
     line = out.getvalue().splitlines()[-1]

@@ -108,4 +108,3 @@ def test_cpu_default_is_the_pytorch_path(monkeypatch) -> None:
     fused.CALLS.clear()
     modal_kernel(*_modes(2, 2), 10)
     assert not fused.CALLS and not fused.use_fused(torch.zeros(1))
-

@@ -135,9 +135,7 @@ def _unfused(fn):
     return run
 
 
-def run_case(
-    sweep: str, shape: dict[str, int], repeats: int, scan: bool, device: torch.device | None = None
-) -> Result:
+def run_case(sweep: str, shape: dict[str, int], repeats: int, scan: bool, device: torch.device | None = None) -> Result:
     device = device or torch.device("cpu")
     torch.manual_seed(0)
     b, h, j, n, m, length = (shape[k] for k in ("batch", "h_in", "h_out", "n", "m", "length"))
