@@ -73,3 +73,21 @@ def test_one_word_systems_say_at_most_one_word(model) -> None:
     pytest.importorskip("pocketsphinx")
     noise = np.random.default_rng(0).normal(0, 0.05, 32000).astype(np.float32)
     assert len(asr.PocketSphinx(["yes", "no", "stop"], one_word=True)(noise).split()) <= 1
+
+
+def test_whisper_peer_hears_speech_and_writes_our_alphabet(tmp_path) -> None:
+    import shutil
+    import subprocess
+
+    from edgessm.data.audio import load_audio
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (make setup installs it)")
+    try:
+        whisper = asr.WhisperTiny()
+    except RuntimeError as e:
+        pytest.skip(f"the teacher is not installed: {e}")
+    wav = tmp_path / "s.wav"
+    subprocess.run(["espeak-ng", "-w", str(wav), "I want 2 coffees in the kitchen"], check=True, capture_output=True)
+    text = whisper(load_audio(wav, 16000)[0])
+    assert "kitchen" in text and "two" in text and text == text.lower() and "2" not in text

@@ -209,6 +209,23 @@ class PocketSphinx:
         return normalize_text(hyp.hypstr) if hyp is not None else ""
 
 
+class WhisperTiny:
+    """Whisper tiny.en (27M parameters, int8 on the CPU, one thread, greedy): the offline teacher of
+    ``edgessm label``, scored as a peer. Not streaming: it hears each utterance whole (30 s windows), and
+    its text is spelled out in our alphabet (numbers as words) before scoring."""
+
+    def __init__(self) -> None:
+        from edgessm.data.teacher import TeacherError, WhisperTeacher
+
+        try:
+            self.teacher = WhisperTeacher(threads=1)
+        except TeacherError as e:
+            raise RuntimeError(str(e)) from None
+
+    def __call__(self, audio: np.ndarray) -> str:
+        return self.teacher.transcribe(audio).text
+
+
 @dataclass
 class SetResult:
     system: str

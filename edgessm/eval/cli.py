@@ -67,7 +67,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--peers", help="peers scored in the same run: denoisers rnnoise,dfn3 (default both; also oracle, "
                                     "oracle-wiener: the ideal mask at the spectral network's resolution; oracle-df: "
                                     "that mask with the clean spectrum in the 32 deep-filter bins); recognizers "
-                                    "pocketsphinx (default); 'none' for none")  # fmt: skip
+                                    "pocketsphinx (default), whisper (Whisper tiny.en, not streaming); 'none' for "
+                                    "none")  # fmt: skip
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
@@ -223,9 +224,9 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
 
     sets = _sets(args.sets, ASR_SETS)
     peers = [p.strip() for p in (args.peers or "pocketsphinx").split(",") if p.strip() and p.strip() != "none"]
-    if set(peers) - {"pocketsphinx"}:
-        raise SystemExit(f"edgessm eval: unknown recognizer peers {sorted(set(peers) - {'pocketsphinx'})}; "
-                         "choose pocketsphinx or none")  # fmt: skip
+    if set(peers) - {"pocketsphinx", "whisper"}:
+        raise SystemExit(f"edgessm eval: unknown recognizer peers {sorted(set(peers) - {'pocketsphinx', 'whisper'})}; "
+                         "choose from pocketsphinx, whisper (Whisper tiny.en) or none")  # fmt: skip
     name = model.info.extra.get("model_name", path.stem)
     systems: dict = {name: asr.GraphRecognizer(model)}
     if args.lm:
@@ -240,8 +241,10 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
     if twin is not None:
         systems[f"{name} int8"] = asr.GraphRecognizer(StepModel(twin, threads=args.threads))
     try:
-        if peers:
+        if "pocketsphinx" in peers:
             systems["pocketsphinx"] = asr.PocketSphinx()
+        if "whisper" in peers:
+            systems["whisper tiny.en"] = asr.WhisperTiny()
     except RuntimeError as e:
         raise SystemExit(f"edgessm eval: {e}") from None
     report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
@@ -261,7 +264,7 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
             words = asr.vocabulary(set_name, utts)
             one = all(len(u.text.split()) == 1 for u in utts)  # single words: both told "one word per clip"
             these[f"{name} words"] = asr.GraphRecognizer(model, vocabulary=words, one_word=one)
-            if peers:
+            if "pocketsphinx" in peers:
                 these["pocketsphinx grammar"] = asr.PocketSphinx(words, one_word=one)
         results = asr.evaluate(these, utts, set_name, progress)
         report["sets"][set_name] = {n: r.summary() for n, r in results.items()}
