@@ -90,7 +90,7 @@ def test_blocks_take_the_fused_path_and_match_pytorch(interpret, monkeypatch, ki
 
 
 def test_a_demanded_fused_path_never_falls_back_in_silence(monkeypatch) -> None:
-    monkeypatch.setattr(fused, "interpreting", lambda: False)  # as on a CPU without the interpreter
+    monkeypatch.setattr("edgessm.ssm.fused.launch.interpreting", lambda: False)  # as on a CPU without the interpreter
     wr, wi, c = _modes(2, 2)
     with pytest.raises(fused.FusedUnavailable, match="CUDA tensors"):
         modal_kernel(wr, wi, c, 10, fused=True)
@@ -108,3 +108,43 @@ def test_cpu_default_is_the_pytorch_path(monkeypatch) -> None:
     fused.CALLS.clear()
     modal_kernel(*_modes(2, 2), 10)
     assert not fused.CALLS and not fused.use_fused(torch.zeros(1))
+
+
+@pytest.mark.parametrize(("b", "h", "n", "j", "f"), [(1, 1, 1, 1, 1), (2, 5, 7, 3, 33), (3, 16, 40, 20, 70)])
+def test_fused_contraction_and_its_gradients_match_complex128(interpret, b, h, n, j, f) -> None:
+    """ŷ = C (k̂ ⊙ B̄ û) and all four gradients, against an einsum in complex128; sizes below, at and above
+    the 16-wide tiles (padding and masks)."""
+    g = torch.Generator().manual_seed(0)
+    uf = torch.randn(b, h, f, dtype=torch.complex128, generator=g).requires_grad_()
+    kf = torch.randn(n, f, dtype=torch.complex128, generator=g).requires_grad_()
+    bb = torch.randn(n, h, dtype=torch.float64, generator=g).requires_grad_()
+    cc = torch.randn(j, n, dtype=torch.float64, generator=g).requires_grad_()
+    y = fused.project_convolve(uf.to(torch.complex64), kf.to(torch.complex64), bb.float(), cc.float())
+    assert y.dtype == torch.complex64 and y.shape == (b, j, f) and interpret.CALLS["project_convolve_fwd"] == 1
+    ref = torch.einsum("jn,nf,ni,bif->bjf", cc.to(uf.dtype), kf, bb.to(uf.dtype), uf)
+    assert (y - ref).abs().max() <= 1e-6 * ref.abs().max()
+    gy = torch.randn(b, j, f, dtype=torch.complex128, generator=g)
+    got = torch.autograd.grad((y * gy.conj()).real.sum(), (uf, kf, bb, cc))
+    want = torch.autograd.grad((ref * gy.conj()).real.sum(), (uf, kf, bb, cc))
+    assert interpret.CALLS["project_convolve_bwd"] == 1
+    for a, w in zip(got, want, strict=True):
+        assert (a - w).abs().max() <= 2e-6 * w.abs().max() + 1e-6  # terms are O(1): float32 rounding
+
+
+def test_bottleneck_natural_frequency_order_takes_the_fused_contraction(interpret, monkeypatch) -> None:
+    from edgessm.ssm.blocks import BottleneckSSM
+
+    torch.manual_seed(0)
+    layer = BottleneckSSM(6, 5, 20, 3, plan="natural-freq")
+    u = torch.randn(2, 6, 37)
+    out = {}
+    for mode in ("0", "1"):
+        monkeypatch.setenv("EDGESSM_FUSED", mode)
+        layer.zero_grad()
+        y = layer(u)
+        y.square().mean().backward()
+        out[mode] = (y.detach(), [p.grad.clone() for p in layer.parameters()])
+    assert interpret.CALLS["project_convolve_fwd"] == 1 and interpret.CALLS["project_convolve_bwd"] == 1
+    assert torch.allclose(out["1"][0], out["0"][0], rtol=1e-4, atol=1e-6)
+    for a, b in zip(out["1"][1], out["0"][1], strict=True):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-6 * (1 + b.abs().max()))

@@ -249,6 +249,13 @@ def measured_plan(
     return MEASURED[key]
 
 
+def _fused(t: Tensor) -> bool:
+    """Whether the fused Triton contraction runs for ``t`` (:func:`edgessm.ssm.fused.use_fused`)."""
+    from . import fused
+
+    return fused.wants_fused(t) and fused.use_fused(t)  # Triton is imported only past the first test
+
+
 def bottleneck_conv(u: Tensor, k: Tensor, b_bar: Tensor, c: Tensor, plan: Plan) -> Tensor:
     """``y_bjt = C_jn (k_n * (B̄_ni u_bi))_t`` evaluated along ``plan``.
 
@@ -269,8 +276,12 @@ def bottleneck_conv(u: Tensor, k: Tensor, b_bar: Tensor, c: Tensor, plan: Plan) 
         x = _irfft(_rfft(x, n_fft) * _rfft(k, n_fft), n_fft, length)
         return torch.einsum("bnt,jn->bjt", x, c)
     if plan.order == "natural":
-        xf = _project_complex(_rfft(u, n_fft), b_bar) * _rfft(k, n_fft)
-        return _irfft(_project_complex(xf, c), n_fft, length)
+        uf, kf = _rfft(u, n_fft), _rfft(k, n_fft)
+        if _fused(uf.real):  # one kernel, the (B, N, F) intermediate never in memory (issue 34)
+            from . import fused
+
+            return _irfft(fused.project_convolve(uf, kf, b_bar, c), n_fft, length)
+        return _irfft(_project_complex(_project_complex(uf, b_bar) * kf, c), n_fft, length)
     if plan.side == "time":
         k_full = torch.einsum("jn,ni,nt->jit", c, b_bar, k)
         return causal_conv(u, k_full, "full")

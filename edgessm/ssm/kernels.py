@@ -13,12 +13,11 @@ fused kernel: memory is ``O(|c| + |k|)``, not ``O(|c| · L)``). On CUDA the fuse
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import Tensor
 
 from .discretize import phase
+from .fused import wants_fused
 
 # Elements of one (..., M, block) basis slab: bounds the transient memory of the generator.
 _SLAB = 1 << 21
@@ -86,11 +85,12 @@ def modal_kernel(wr: Tensor, wi: Tensor, c: Tensor, length: int, fused: bool | N
     Returns:
         ``(..., L)`` in the dtype of ``wr``.
     """
-    if fused or (fused is None and (wr.is_cuda or os.environ.get("EDGESSM_FUSED") == "1")):
-        from . import fused as fz  # imports Triton: only where it may be used
+    if wants_fused(wr, fused):
+        from .fused import modal_kernel as fused_modal_kernel
+        from .fused import use_fused  # imports Triton: only where it may be used
 
-        if fz.use_fused(wr, fused):
-            return fz.modal_kernel(wr, wi, c, int(length)).to(wr.dtype)
+        if use_fused(wr, fused):
+            return fused_modal_kernel(wr, wi, c, int(length)).to(wr.dtype)
     shape = torch.broadcast_shapes(wr.shape, wi.shape, c.shape)
     return _ModalKernel.apply(wr.expand(shape), wi.expand(shape), c.expand(shape).to(wr.dtype), int(length))
 
