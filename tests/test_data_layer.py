@@ -254,3 +254,11 @@ def test_pseudolabeled_sentences_spell_numbers_and_take_relabels(tmp_path) -> No
         ("b_0.flac", "librispeech-7", "chapter one"),
         ("b_1.flac", "librispeech-7", "the end"),
     ]
+
+
+def test_label_speakers_follow_librispeech_names_or_the_folder() -> None:
+    from edgessm.data.label import speaker_of
+
+    assert speaker_of("/d/LibriSpeech/train-clean-100/103/1240/103-1240-0000.flac") == "librispeech-103"
+    assert speaker_of("/d/test-other/1688-142285-0000.opus") == "librispeech-1688"
+    assert speaker_of("/recordings/alice/take-3.wav") == "alice"

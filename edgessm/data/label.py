@@ -17,6 +17,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -230,8 +231,15 @@ def word_errors(hyp: str, ref: str) -> tuple[int, int]:
     return edit_distance(h, r), len(r)
 
 
-def _speaker(path: str) -> str:
-    return Path(path).parent.name
+_LIBRISPEECH_NAME = re.compile(r"^(\d+)-\d+-\d+$")  # SPEAKER-CHAPTER-UTTERANCE
+
+
+def speaker_of(path: str) -> str:
+    """A speaker id for a labelled file, for speaker-disjoint splits: LibriSpeech-style names
+    (``103-1240-0000.flac``) give ``librispeech-103``; otherwise the file's folder name (one folder per
+    speaker, the common layout of recordings)."""
+    m = _LIBRISPEECH_NAME.match(Path(path).stem)
+    return f"librispeech-{m.group(1)}" if m else Path(path).parent.name
 
 
 def run(args: argparse.Namespace) -> int:
@@ -290,7 +298,7 @@ def _write(path: Path, rows: list[Row], root: Path) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({
-                "path": os.path.relpath(r.path, root), "speaker": _speaker(r.audio), "label": "", "text": r.text,
+                "path": os.path.relpath(r.path, root), "speaker": speaker_of(r.audio), "label": "", "text": r.text,
                 "split": "", "source": "teacher", "start_s": f"{r.start_s:.3f}", "end_s": f"{r.end_s:.3f}",
                 "confidence": r.confidence, "no_speech": r.no_speech, "raw": r.raw,
                 "words": json.dumps(r.words, separators=(",", ":")), "audio": r.audio,
