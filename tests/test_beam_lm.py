@@ -67,3 +67,45 @@ def test_transcribe_refuses_a_missing_or_foreign_lm_file(tmp_path: Path) -> None
     np.savez(tmp_path / "other.npz", a=np.zeros(3))
     with pytest.raises(SystemExit, match="not a word model"):
         main(["transcribe", str(tmp_path / "x.wav"), "--lm", str(tmp_path / "other.npz")])
+
+
+def test_a_recognizer_folder_ships_its_word_model_and_transcribe_picks_it_for_files(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    from edgessm.runtime.registry import sha256, shipped_lm
+    from edgessm.runtime.transcribe import word_model
+
+    folder = tmp_path / "asr"
+    folder.mkdir()
+    graph = folder / "asr.onnx"
+    graph.write_bytes(b"graph")
+    assert shipped_lm(graph) is None  # no manifest: nothing shipped
+    WordLM.build(TEXT, order=2, min_count=1).save(folder / "lm.npz")
+    manifest = {"graph": "asr.onnx", "lm": "lm.npz", "files": {"lm.npz": sha256(folder / "lm.npz")}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    assert shipped_lm(graph) == folder / "lm.npz"
+
+    def args(lm=None):
+        return argparse.Namespace(lm=lm)
+
+    assert word_model(args(), graph) == str(folder / "lm.npz")  # files: the shipped one
+    assert word_model(args("none"), graph) is None  # greedy on request
+    assert word_model(args(), graph, live=True) is None  # the live path stays greedy
+    assert word_model(args(), graph, words=True) is None  # a word list is its own language model
+    assert word_model(args("/x/other.npz"), graph) == "/x/other.npz"
+    (folder / "lm.npz").write_bytes(b"tampered")
+    with pytest.raises(ValueError, match="sha256"):
+        shipped_lm(graph)
+
+
+def test_export_ships_a_word_model_with_recognizers_only(tmp_path: Path) -> None:
+    import torch
+
+    from edgessm.deploy.package import package
+
+    with pytest.raises(ValueError, match="--lm is for recognizers; this is a kws model"):
+        package(torch.nn.Identity(), {"network": "kws"}, tmp_path / "m", "m", 320, lm=tmp_path / "lm.npz")
+    with pytest.raises(ValueError, match="no such file"):
+        package(torch.nn.Identity(), {"network": "asr"}, tmp_path / "m", "m", 320, lm=tmp_path / "lm.npz")
+    assert not (tmp_path / "m").exists()  # refused before anything was written

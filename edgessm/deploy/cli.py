@@ -35,6 +35,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--class-thresholds", metavar="CALIBRATION_JSON",
                     help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
+    ap.add_argument("--lm", metavar="NPZ",
+                    help="recognizers: ship this word model (edgessm lm) as lm.npz; transcribe then decodes files "
+                    "with it by beam search (--lm none there for greedy)")  # fmt: skip
     ap.add_argument(
         "--budget",
         metavar="K",
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"edgessm export: --budget: {e}") from None
     try:
         report, q = package(net, desc, args.out, name, chunk, args.int8, verification_audio(), args.tolerance, meta,
-                            budgets=budgets, file_chunk=args.file_chunk)  # fmt: skip
+                            budgets=budgets, file_chunk=args.file_chunk, lm=args.lm)  # fmt: skip
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
     at = f", budget K̄ = {k_max}" if k_max is not None else ""

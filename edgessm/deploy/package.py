@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,8 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             int8: bool = False, verify_audio: list[np.ndarray] | None = None, tolerance: float = 1e-4,
             metadata: dict[str, Any] | None = None, calibration: list[np.ndarray] | None = None,
             budgets: list[int] | None = None,
-            file_chunk: int | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
+            file_chunk: int | None = None,
+            lm: str | os.PathLike | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
     """Write the model folder ``out`` (see the module docstring); returns the fp32 export report and
     the int8 report (nodes kept float, quality change) or ``{}``. ``metadata`` adds graph metadata
     (e.g. a keyword spotter's default ``threshold``); ``calibration`` replaces :func:`calibration_audio`.
@@ -175,10 +177,17 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     for a network without ES-SSM layers.
 
     ``file_chunk``: also write ``name.c<file_chunk>.onnx``, the graph for files (at ``K̄``), verified
-    against PyTorch like the others (``report.file_graph`` holds its report)."""
+    against PyTorch like the others (``report.file_graph`` holds its report).
+
+    ``lm`` (recognizers): a word model (``edgessm lm``) copied in as ``lm.npz`` and named in the manifest
+    (``"lm"``): ``edgessm transcribe`` decodes files with it by beam search unless told ``--lm none``."""
     from safetensors.torch import save_file
 
     k_max = getattr(net, "k_max", None)
+    if lm is not None and desc["network"] != "asr":
+        raise ValueError(f"--lm is for recognizers; this is a {desc['network']} model")
+    if lm is not None and not Path(lm).expanduser().is_file():
+        raise ValueError(f"--lm {lm}: no such file (build one: edgessm lm --help)")
     if budgets and k_max is None:
         raise ValueError(f"--budget applies to ES-SSM models only; this {desc['network']} model has no ES-SSM layers")
     bad = [k for k in budgets or [] if not 1 <= k <= k_max]
@@ -249,5 +258,10 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
         extra.update(k_max=k_max, budgets={str(k): p.name for k, p in by_budget})
     if file_graph is not None:
         extra.update(file_graph=file_graph.name, file_chunk=file_chunk)
+    if lm is not None:
+        with atomic_path(folder / "lm.npz") as tmp:
+            shutil.copyfile(Path(lm).expanduser(), tmp)
+        files.append("lm.npz")
+        extra["lm"] = "lm.npz"
     write_manifest(folder, files, extra)
     return report, q

@@ -72,7 +72,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
-                         "--beam, --lm-weight, --word-bonus as in transcribe)")  # fmt: skip
+                         "'auto': the one the model ships; --beam, --lm-weight, --word-bonus as in "
+                         "transcribe)")  # fmt: skip
     ap.add_argument("--beam", type=int, default=16, help=argparse.SUPPRESS)
     ap.add_argument("--lm-weight", type=float, default=0.5, help=argparse.SUPPRESS)
     ap.add_argument("--word-bonus", type=float, default=1.0, help=argparse.SUPPRESS)
@@ -233,7 +234,15 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
         from edgessm.runtime.transcribe import beam_decoder
 
         try:
-            rescorer = beam_decoder(model.info.labels, args)
+            lm = args.lm
+            if lm == "auto":  # the word model the recognizer's folder ships
+                from edgessm.runtime.registry import shipped_lm
+
+                found = shipped_lm(path)
+                if found is None:
+                    raise FileNotFoundError(f"--lm auto: {path.parent} ships no word model (lm.npz)")
+                lm = str(found)
+            rescorer = beam_decoder(model.info.labels, args, lm)
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"edgessm eval: {e}") from None
         systems[f"{name} beam+LM"] = asr.GraphRecognizer(model, rescorer=rescorer)

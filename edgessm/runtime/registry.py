@@ -48,6 +48,19 @@ def verify_file(path: Path) -> None:
         )
 
 
+def shipped_lm(graph: str | os.PathLike) -> Path | None:
+    """The word model a recognizer's folder ships (its manifest's ``lm``), hash-checked; ``None`` if none."""
+    folder = Path(graph).parent
+    name = _manifest(folder).get("lm") if (folder / "manifest.json").is_file() else None
+    if not name:
+        return None
+    path = folder / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (listed in {folder / 'manifest.json'})")
+    verify_file(path)
+    return path
+
+
 def parse_budget(value: int | str) -> int:
     """A compute budget ``K``: a whole number of spectral channels, at least 1."""
     try:

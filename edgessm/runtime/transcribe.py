@@ -45,7 +45,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="with --words: each result is exactly one of the words (a command per utterance)",
     )
     ap.add_argument("--lm", metavar="NPZ",
-                    help="word n-gram model (edgessm.runtime.ngram): final results by beam search with it")  # fmt: skip
+                    help="word n-gram model (edgessm lm): final results by beam search with it; default for files: "
+                    "the model's own (lm.npz in its folder, if it ships one); 'none': greedy decoding")  # fmt: skip
     ap.add_argument("--beam", type=int, default=16, help="with --lm: hypotheses kept per frame")
     ap.add_argument("--lm-weight", type=float, default=0.5, help="with --lm: weight of the word model")
     ap.add_argument("--word-bonus", type=float, default=1.0, help="with --lm: log-score added per word")
@@ -120,24 +121,40 @@ def load_recognizer(args: argparse.Namespace):
         raise _fail("--one-word needs --words (the words an utterance can be)")
     try:
         # files go through the model's graph for files (larger chunks, same transcript) when it has one
-        model = StepModel(resolve_graph(args.model, int8=args.int8, files=not args.live), threads=args.threads)
+        graph = resolve_graph(args.model, int8=args.int8, files=not args.live)
+        model = StepModel(graph, threads=args.threads)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
+        lm = word_model(args, graph, live=bool(args.live), words=vocabulary is not None)
         # refuse a non-recognizer or a bad vocabulary before any input
-        rescorer = beam_decoder(model.info.labels, args) if args.lm else None
+        rescorer = beam_decoder(model.info.labels, args, lm) if lm else None
         Transcriber(model, endpoint, vocabulary, args.one_word, rescorer=rescorer)
     except (NotARecognizer, FileNotFoundError, ValueError, OSError) as e:
         raise _fail(str(e)) from None
     return lambda: Transcriber(model, endpoint, vocabulary, args.one_word, rescorer=rescorer)
 
 
-def beam_decoder(labels, args: argparse.Namespace):
-    """``--lm``: the beam decoder over the word model in ``args.lm`` (clear errors for a bad file)."""
+def word_model(args: argparse.Namespace, graph, live: bool = False, words: bool = False) -> str | None:
+    """The word model to decode with: ``--lm PATH``; ``--lm none``: none (greedy); no ``--lm``: the one the
+    model ships (its folder's ``lm.npz``) for files, none for live input or with ``--words`` (a word list
+    is its own language model)."""
+    from .registry import shipped_lm
+
+    if args.lm is not None:
+        return None if args.lm.lower() == "none" else args.lm
+    if live or words:
+        return None
+    path = shipped_lm(graph)
+    return str(path) if path is not None else None
+
+
+def beam_decoder(labels, args: argparse.Namespace, lm: str | None = None):
+    """The beam decoder over the word model ``lm`` (default ``args.lm``), with clear errors for a bad file."""
     from pathlib import Path
 
     from .beam import BeamDecoder
     from .ngram import WordLM
 
-    path = Path(args.lm).expanduser()
+    path = Path(lm or args.lm).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"--lm {path}: no such file (build one: python -m edgessm.runtime.ngram --help)")
     try:
