@@ -936,3 +936,22 @@ def test_music_contexts_come_from_the_music_bank(sc_folder: Path, tmp_path: Path
     monkeypatch.setattr(tasks, "music_like", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rendered")))
     for i in range(40):  # kind 1 of the contexts is music: some of these draw it
         assert task._example("train", i % len(task.train_order), np.random.default_rng(i))["audio"].shape[-1] > 8000
+
+
+def test_a_non_finite_loss_stops_the_run_at_the_next_check(sc_folder: Path, tmp_path: Path, monkeypatch) -> None:
+    """The step never reads the loss back (no host sync); the next log/eval/checkpoint step does, and the run
+    stops there with the steps between which it happened, before a checkpoint saves poisoned weights."""
+    cfg = kws_config(sc_folder, steps=30, log_every=10)
+    trainer = Trainer(cfg, tmp_path / "run", device="cpu", progress=False)
+    real_loss = trainer.task.loss
+
+    def poisoned(net, batch, progress):
+        loss, parts = real_loss(net, batch, progress)
+        return (loss * float("nan") if trainer.step == 12 else loss), parts  # step 13's loss
+
+    monkeypatch.setattr(trainer.task, "loss", poisoned)
+    with pytest.raises(FloatingPointError, match="between steps 11 and 20"):
+        trainer.fit()
+    assert _losses_steps(tmp_path / "run") == ["10"]
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)
+    assert last["step"] == 10  # the poisoned weights of step 20 were never saved

@@ -328,6 +328,8 @@ class Trainer:
         t_last, items = time.perf_counter(), 0
         clock = _TimeLimit(cfg.train.time_limit_min, self.step)
         full_budget_steps = max(1, round(cfg.optim.warmup * cfg.train.steps))  # the LR warmup
+        finite: Tensor | None = None  # on the device: all losses since the last check were finite
+        checked = self.step
         self.model.train()
         try:
             for batch in self._loader(train_set, sampler):
@@ -341,7 +343,10 @@ class Trainer:
                         parts = {**parts, **aux_parts}
                 self.scaler.scale(loss).backward()
                 self.scaler.unscale_(self.optimizer)
-                grad_norm = float(nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip))
+                # tensors, not floats: reading them would make the host wait for the GPU every step (the
+                # next step's kernels could not queue behind this one's); they are read at log steps
+                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip)
+                finite = torch.isfinite(loss.detach()) if finite is None else finite & torch.isfinite(loss.detach())
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
                 self.scheduler.step()
@@ -360,13 +365,20 @@ class Trainer:
                         bar.total = self.total_steps
                         bar.refresh()
                 loss = loss.detach()
-                if not math.isfinite(float(loss)):
-                    raise FloatingPointError(f"the loss became {float(loss)} at step {self.step}; lower optim.lr")
                 last = self.step >= self.total_steps
+                sync = (self.step % cfg.train.log_every == 0 or last or self._stop
+                        or self.step % cfg.train.eval_every == 0 or self.step % cfg.train.checkpoint_every == 0)  # fmt: skip
+                if sync:  # the host reads the GPU only here: every loss since the last check was finite?
+                    if not bool(finite):
+                        raise FloatingPointError(
+                            f"the loss became non-finite between steps {checked + 1} and {self.step} (now "
+                            f"{float(loss)}); lower optim.lr"
+                        )
+                    finite, checked = None, self.step
                 if self.step % cfg.train.log_every == 0 or last:
                     now = time.perf_counter()
                     row = {"step": self.step, "loss": self._mean(float(loss)), "lr": self.scheduler.get_last_lr()[0],
-                           "grad_norm": grad_norm, "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
+                           "grad_norm": float(grad_norm), "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
                     row.update({k: self._mean(v) for k, v in parts.items()})
                     if budget is not None:  # the same on every process
                         row["budget"] = budget
