@@ -366,8 +366,8 @@ class Trainer:
                         bar.refresh()
                 loss = loss.detach()
                 last = self.step >= self.total_steps
-                sync = (self.step % cfg.train.log_every == 0 or last or self._stop
-                        or self.step % cfg.train.eval_every == 0 or self.step % cfg.train.checkpoint_every == 0)  # fmt: skip
+                every = (cfg.train.log_every, cfg.train.eval_every, cfg.train.checkpoint_every)
+                sync = last or self._stop or any(self.step % n == 0 for n in every)
                 if sync:  # the host reads the GPU only here: every loss since the last check was finite?
                     if not bool(finite):
                         raise FloatingPointError(
