@@ -225,3 +225,12 @@ def test_bench_fftconv_gpu_table_and_a_clear_line_without_cuda(capsys, monkeypat
     bench.print_table([row], out)
     line = out.getvalue().splitlines()[-1]
     assert "natural-time" in line and "4.40x" in line and "1.20x" in line and line.rstrip().endswith("90")
+
+
+def test_bench_fftconv_cpu_row_times_both_orders_and_checks_they_agree() -> None:
+    from edgessm.bench import fftconv as bench
+
+    shape = {"batch": 2, "h_in": 3, "h_out": 4, "n": 8, "m": 2, "length": 40}
+    row = bench.run_case("batch", shape, repeats=1, scan=True)
+    assert row.chosen_ms > 0 and row.naive_ms > 0 and row.scan_ms > 0 and row.flop_ratio > 0
+    assert row.measured_ms is None and row.kernels is None  # the GPU columns stay empty on a CPU
