@@ -24,6 +24,7 @@ from edgessm.data.augment import (
     band_limit,
     build_clip_augment,
     build_denoise_mixer,
+    butterworth_sos,
     config_from_dict,
     level_dbfs,
     mix_at,
@@ -364,6 +365,20 @@ def test_band_limit_attenuates_outside_the_band_and_keeps_level() -> None:
     assert abs(band_mean(f, p, 3000, 6000) - band_mean(f, ref, 3000, 6000)) < 0.5
     with pytest.raises(ValueError, match="lowpass cutoff"):
         band_limit(x, lowpass_hz=9000.0)
+
+
+@pytest.mark.parametrize("order", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("kind", ["lowpass", "highpass"])
+def test_closed_form_butterworth_filters_like_scipys_design(order, kind) -> None:
+    x = np.random.default_rng(order).normal(size=8000)
+    for cutoff in (30.0, 400.0, 3000.0, 7900.0):
+        ours = signal.sosfilt(butterworth_sos(order, cutoff, kind, SR), x)
+        ref = signal.sosfilt(signal.butter(order, cutoff, kind, fs=SR, output="sos"), x)
+        assert np.abs(ours - ref).max() < 1e-9 * np.abs(ref).max(), (order, kind, cutoff)
+    with pytest.raises(ValueError, match="cutoff must be in"):
+        butterworth_sos(order, SR / 2, kind, SR)
+    with pytest.raises(ValueError, match="kind must be"):
+        butterworth_sos(order, 1000.0, "bandpass", SR)
 
 
 def test_peaking_eq_gain_at_centre_and_random_mic_keeps_level() -> None:

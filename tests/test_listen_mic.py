@@ -159,10 +159,18 @@ DEMO = Path(__file__).resolve().parents[1] / "demos"
 SETTLE_S = 3.0  # listening before a fault is made: PulseAudio's first audio takes ~1 s on a loaded machine
 
 
+def _interactive_ctrl_c() -> None:
+    """In the child: Ctrl-C as at a terminal. A test suite started as a background job (``cmd &``)
+    inherits SIGINT ignored, which listen rightly keeps (a background job is not stopped by Ctrl-C);
+    the tests below play a user at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start_listen(env: dict, model: str, *flags: str) -> subprocess.Popen:
     """`edgessm listen --device pulse` (the virtual source), returned once the microphone is open."""
     cmd = [sys.executable, "-m", "edgessm", "listen", "--model", model, "--device", "pulse", *flags]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_interactive_ctrl_c)  # fmt: skip
     first = proc.stderr.readline()
     if not first.startswith("listening on"):
         proc.kill()

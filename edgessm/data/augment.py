@@ -17,6 +17,7 @@ TOML file can fill through :func:`config_from_dict`. Noise sources live in
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -316,12 +317,45 @@ def band_limit(
     if lowpass_hz is not None:
         if not 0 < lowpass_hz < nyq:
             raise ValueError(f"lowpass cutoff must be in (0, {nyq}) Hz, got {lowpass_hz}")
-        y = signal.sosfilt(signal.butter(order, lowpass_hz, "lowpass", fs=sr, output="sos"), y, axis=-1)
+        y = signal.sosfilt(butterworth_sos(order, lowpass_hz, "lowpass", sr), y, axis=-1)
     if highpass_hz is not None:
         if not 0 < highpass_hz < nyq:
             raise ValueError(f"highpass cutoff must be in (0, {nyq}) Hz, got {highpass_hz}")
-        y = signal.sosfilt(signal.butter(order, highpass_hz, "highpass", fs=sr, output="sos"), y, axis=-1)
+        y = signal.sosfilt(butterworth_sos(order, highpass_hz, "highpass", sr), y, axis=-1)
     return _rms_match(y, x) if keep_level else y.astype(np.float32)
+
+
+def butterworth_sos(order: int, cutoff_hz: float, kind: str = "lowpass", sr: int = SAMPLE_RATE) -> np.ndarray:
+    """Digital Butterworth low- or high-pass as second-order sections ``(ceil(order / 2), 6)``, the
+    filter ``scipy.signal.butter(order, cutoff_hz, kind, fs=sr, output="sos")`` designs, in closed form
+    (the augmentation draws a new cutoff for every example; scipy's general design took ~1 ms).
+
+    The analog prototype's conjugate pole pairs sit at angles ``θ_i = π (order - 1 - 2i) / (2·order)``
+    from the negative real axis, ``i < order // 2``; each pair is ``s² + 2 cos(θ_i) s + 1``
+    (``Q_i = 1 / (2 cos θ_i)``), an odd order adds the real pole, ``s + 1``. The bilinear transform
+    with the cutoff prewarped, ``K = tan(π f_c / sr)``, maps a pair to ``b = K² [1, 2, 1]`` (low-pass)
+    or ``[1, -2, 1]`` (high-pass) over ``a = [1 + K/Q + K², 2 (K² - 1), 1 - K/Q + K²]``, normalised to
+    ``a_0 = 1``.
+    """
+    if order < 1:
+        raise ValueError(f"Butterworth order must be >= 1, got {order}")
+    if kind not in ("lowpass", "highpass"):
+        raise ValueError(f"kind must be 'lowpass' or 'highpass', got {kind!r}")
+    if not 0 < cutoff_hz < sr / 2:
+        raise ValueError(f"cutoff must be in (0, {sr / 2}) Hz, got {cutoff_hz}")
+    k = math.tan(math.pi * cutoff_hz / sr)
+    low = kind == "lowpass"
+    sections = []
+    if order % 2:  # the real pole: s + 1
+        norm = 1 + k
+        b = [k, k, 0.0] if low else [1.0, -1.0, 0.0]
+        sections.append([*(c / norm for c in b), 1.0, (k - 1) / norm, 0.0])
+    for i in range(order // 2):
+        c = 2 * math.cos(math.pi * (order - 1 - 2 * i) / (2 * order))  # 1 / Q
+        norm = 1 + c * k + k * k
+        b = [k * k, 2 * k * k, k * k] if low else [1.0, -2.0, 1.0]
+        sections.append([*(v / norm for v in b), 1.0, 2 * (k * k - 1) / norm, (1 - c * k + k * k) / norm])
+    return np.array(sections)
 
 
 def peaking_eq(x: np.ndarray, freq_hz: float, gain_db: float, q: float = 1.0, sr: int = SAMPLE_RATE) -> np.ndarray:
