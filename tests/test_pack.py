@@ -121,6 +121,24 @@ def test_time_limit_shrinks_the_run_and_its_schedule(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "model.safetensors").is_file()
 
 
+def test_time_limit_follows_a_machine_that_slows_down_mid_run(monkeypatch) -> None:
+    from edgessm.train import trainer as trainer_mod
+
+    now = [0.0]
+    monkeypatch.setattr(trainer_mod.time, "perf_counter", lambda: now[0])
+    clock = trainer_mod._TimeLimit(minutes=10.0, start_step=0, skip=10, probe=30, refit=100)
+    fits = {}
+    for step in range(1, 2000):
+        now[0] += 0.1 if step <= 500 else 0.2  # 10 steps/s, then half as fast
+        if (fitted := clock.fit(step)) is not None:
+            fits[step] = fitted
+    assert sorted(fits)[:3] == [40, 140, 240]  # the probe's end, then every 100 steps
+    assert fits[40] == pytest.approx(40 + 10 * (570 - 4.0), abs=1)  # 10 steps/s, 95% of 600 s, 4 s gone
+    late = fits[740]  # measured over steps 641-740, all at 5 steps/s
+    assert clock.rate == pytest.approx(5.0) and late == pytest.approx(740 + 5 * (570 - (50.0 + 240 * 0.2)), abs=1)
+    assert late < fits[40]
+
+
 def test_a_recognizer_pack_keeps_transcripts_and_leaves_out_the_test_speakers(tmp_path: Path) -> None:
     from fixtures import librispeech_folder
 

@@ -87,23 +87,30 @@ def param_groups(model: nn.Module, cfg) -> list[dict[str, Any]]:
 
 class _TimeLimit:
     """``train.time_limit_min``: after a few steps (data-loader start-up excluded), the number of steps
-    that fit in the time left at the measured rate, with 5% kept for validation and the final save."""
+    that fit in the time left at the measured rate, with 5% kept for validation and the final save;
+    measured again every ``refit`` steps over the steps since the last fit, so a machine that slows
+    down (or speeds up) mid-run still ends on time with its schedule complete. Step-based, so every
+    process of a distributed run refits at the same steps."""
 
-    def __init__(self, minutes: float, start_step: int, skip: int = 10, probe: int = 30) -> None:
+    def __init__(self, minutes: float, start_step: int, skip: int = 10, probe: int = 30, refit: int = 100) -> None:
         self.seconds, self.start = minutes * 60.0, time.perf_counter()
-        self.first, self.last = start_step + skip, start_step + skip + probe
-        self.t_first = 0.0
+        self.first, self.last, self.refit = start_step + skip, start_step + skip + probe, refit
+        self.mark_step, self.mark_time = self.first, 0.0
         self.rate = 0.0
 
     def fit(self, step: int) -> int | None:
-        """Call after every step: the last step that fits, once (at the end of the probe), else ``None``."""
-        if self.seconds <= 0 or step not in (self.first, self.last):
+        """Call after every step: the last step that fits at the end of the probe and at every ``refit``
+        steps after it, else ``None``."""
+        if self.seconds <= 0 or step < self.first:
             return None
         now = time.perf_counter()
         if step == self.first:
-            self.t_first = now
+            self.mark_time = now
             return None
-        self.rate = (self.last - self.first) / max(1e-9, now - self.t_first)
+        if step < self.last or (step - self.last) % self.refit:
+            return None
+        self.rate = (step - self.mark_step) / max(1e-9, now - self.mark_time)
+        self.mark_step, self.mark_time = step, now
         left = 0.95 * self.seconds - (now - self.start)
         return step + max(0, int(self.rate * left))
 
@@ -356,9 +363,12 @@ class Trainer:
                 if stop_after is not None and self.step >= stop_after:
                     self._stop = True
                 fitted = clock.fit(self.step)  # every process at the same step: all reach _min together
-                if fitted is not None and (fitted := self._min(max(self.step + 1, fitted))) < self.total_steps:
-                    self.total_steps = fitted
-                    if self.rank == 0:
+                if fitted is not None:
+                    fitted = min(cfg.train.steps, self._min(max(self.step + 1, fitted)))
+                    shrunk = self.step == clock.last and fitted < cfg.train.steps  # the first fit
+                    moved = abs(fitted - self.total_steps) > 0.05 * self.total_steps
+                    self.total_steps = fitted  # the cosine schedule follows (it reads total_steps)
+                    if self.rank == 0 and (shrunk or moved):
                         print(f"\ntrain.time_limit_min {cfg.train.time_limit_min:g}: {clock.rate:.2f} steps/s, the run "
                               f"ends at step {self.total_steps} (schedule included)", flush=True)  # fmt: skip
                     if bar is not None:
