@@ -18,7 +18,7 @@ import argparse
 from pathlib import Path
 
 from edgessm.data.audio import write_audio
-from edgessm.eval.denoise import _crop, _join, _real_noise, mix, test_speakers
+from edgessm.eval.denoise import _crop, _join, _real_noise, mix, speakers_of
 
 RATE = 16000
 SPEAKER_INDEX = 0  # the first held-out test speaker (sorted by id)
@@ -29,7 +29,7 @@ SECONDS = 10.0
 def build(out: Path) -> Path:
     import numpy as np
 
-    speakers = test_speakers()
+    speakers = speakers_of("test")
     speaker = sorted(speakers)[SPEAKER_INDEX]
     clean = _join(speakers[speaker], SECONDS)
     noise = _crop(_real_noise("dude_miaowing"), len(clean), np.random.default_rng(0))

@@ -554,10 +554,10 @@ def test_the_shipped_denoiser_cleans_the_demo_recording(tmp_path) -> None:
         return
     from fixtures import demo_script
 
-    from edgessm.eval.denoise import _join, test_speakers
+    from edgessm.eval.denoise import _join, speakers_of
     from edgessm.eval.metrics import si_sdr
 
     module = demo_script("make_noisy_speech")
-    speakers = test_speakers()
+    speakers = speakers_of("test")
     clean = _join(speakers[sorted(speakers)[module.SPEAKER_INDEX]], module.SECONDS)
     assert si_sdr(y, clean) > si_sdr(x, clean) + 3.0  # scale-invariant: the demo's level does not matter

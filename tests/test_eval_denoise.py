@@ -52,7 +52,7 @@ def test_test_speakers_are_never_trained_or_validated_on():
     skip_without_shared("real_read_speech")  # a property of the real recordings and the recipe's split
     data = tomllib.loads(RECIPE.read_text())["data"]
     val_pct, test_pct = data.get("validation_pct", 10.0), data["test_pct"]
-    test = set(denoise.test_speakers(val_pct, test_pct))
+    test = set(denoise.speakers_of("test", val_pct, test_pct))
     assert len(test) >= 15
     trained = {c.speaker for c in shared_read_speech() if assign_split(c, val_pct, test_pct) != "test"}
     assert not test & trained
@@ -61,14 +61,28 @@ def test_test_speakers_are_never_trained_or_validated_on():
 
 
 def test_mixtures_cover_every_noise_and_snr_and_are_reproducible(shared):
-    a = denoise.test_mixtures(per_speaker=1, seed=3)
-    b = denoise.test_mixtures(per_speaker=1, seed=3)
+    a = denoise.mixtures("test", per_speaker=1, seed=3)
+    b = denoise.mixtures("test", per_speaker=1, seed=3)
     assert [m.name for m in a] == [m.name for m in b]
     assert all(np.array_equal(x.noisy, y.noisy) for x, y in zip(a, b, strict=True))
     assert {m.noise for m in a} == set(denoise.NOISE_KINDS)
     assert {m.snr_db for m in a} == set(denoise.SNRS_DB)
     for m in a:
         assert m.clean.shape == m.noisy.shape and np.isfinite(m.noisy).all() and np.abs(m.noisy).max() < 1
+
+
+def test_validation_mixtures_use_no_test_speaker_and_no_test_noise(shared, monkeypatch):
+    val = denoise.mixtures("validation", per_speaker=1, seed=3)
+    test_speakers = set(denoise.speakers_of("test"))
+    assert val and not {m.speaker for m in val} & test_speakers
+    assert {m.speaker for m in val} == set(denoise.speakers_of("validation"))
+    read = []
+    real_noise = denoise._real_noise
+    monkeypatch.setattr(denoise, "_real_noise", lambda name: read.append(name) or real_noise(name))
+    denoise.mixtures("validation", per_speaker=1, seed=3)
+    assert read == ["running_tap"]  # the test-only recording is not even read
+    with pytest.raises(ValueError, match="'test' or 'validation'"):
+        denoise.speakers_of("train")
 
 
 @pytest.mark.parametrize("key", ["rnnoise", "dfn3"])
@@ -112,6 +126,19 @@ def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys, shared):
     assert (out / "denoise_metrics.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="one test set"):
         main(["eval", str(graph), "--sets", "sc-test"])
+    # tuning runs: more denoisers in the same run, on mixtures of the validation speakers and noises
+    torch.manual_seed(1)
+    other = tmp_path / "other.onnx"
+    export_onnx(build_network("denoise", **TINY).eval(), other, 256, {"task": "denoise", "model_name": "other"})
+    argv = ["eval", str(graph), "--mixtures", "validation", "--compare", str(other), "--peers", "none", "--limit",
+            "2", "--out", str(tmp_path / "val"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    val = json.loads((tmp_path / "val" / "report.json").read_text())
+    assert val["split"] == "validation" and set(val["systems"]) == {"noisy", "tiny", "other"}
+    assert val["systems"]["tiny"]["mean"]["si_sdr"] != val["systems"]["other"]["mean"]["si_sdr"]
+    assert "**validation** speakers" in (tmp_path / "val" / "report.md").read_text()
+    with pytest.raises(SystemExit, match="two systems named 'tiny'"):
+        main(["eval", str(graph), "--compare", str(graph), "--peers", "none", "--limit", "1"])
 
 
 def test_eval_of_a_model_folder_scores_its_int8_graph_in_the_same_run(tmp_path, monkeypatch, shared) -> None:

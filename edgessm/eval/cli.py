@@ -38,7 +38,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--budgets", help="budgets of the sweep, e.g. 2,4,8,32 (default: every exported budget)")
     ap.add_argument("--compare", nargs="+", metavar="MODEL",
-                    help="more elastic models swept alongside on the same clips (e.g. the ablations)")  # fmt: skip
+                    help="more models on the same audio: elastic models swept alongside (e.g. the ablations), "
+                         "or more denoisers scored in the same run")  # fmt: skip
     ap.add_argument("--rtf-seconds", type=float, default=20.0, help="audio per RTF measurement of the sweep (0: none)")
     ap.add_argument("--keywords-per-background", type=int, default=150,
                     help="keywords placed in each of the speech, music and noise test streams")  # fmt: skip
@@ -70,6 +71,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                                     "pocketsphinx (default), whisper (Whisper tiny.en, not streaming); 'none' for "
                                     "none")  # fmt: skip
     ap.add_argument("--per-speaker", type=int, default=2, help="denoisers: test mixtures per held-out speaker")
+    ap.add_argument("--mixtures", choices=("test", "validation"), default="test",
+                    help="denoisers: the held-out test mixtures (default), or the same kinds built from the "
+                         "validation speakers and noises, to tune a choice without touching the test")  # fmt: skip
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
                          "'auto': the one the model ships; --beam, --lm-weight, --word-bonus as in "
@@ -115,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
     sets = _sets(args.sets, KWS_SETS, check=False)  # checked once the graph's task is known
     if args.budget_sweep:
         return _budget_sweep(args, sets if args.sets else ["sc-test"], progress)
-    if args.budgets or args.compare:
-        raise SystemExit("edgessm eval: --budgets and --compare go with --budget-sweep")
+    if args.budgets:
+        raise SystemExit("edgessm eval: --budgets goes with --budget-sweep")
     try:
         path = resolve_graph(args.model, int8=args.int8, budget=args.budget)
         model = StepModel(path, threads=args.threads)
@@ -125,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"edgessm eval: {e}") from None
     if model.info.task == "denoise":
         return _denoise(model, path, args, progress)
+    if args.compare:
+        raise SystemExit("edgessm eval: --compare goes with --budget-sweep or a denoiser")
     if model.info.task == "asr":
         return _asr(model, path, args, progress)
     if model.info.task != "kws":
@@ -172,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
+    from edgessm.runtime.registry import resolve_graph
     from edgessm.runtime.session import StepModel
 
     from . import denoise
@@ -181,12 +188,26 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     if args.sets:
         raise SystemExit("edgessm eval: --sets is for keyword spotters; a denoiser has one test set")
     try:
-        mixtures = denoise.test_mixtures(per_speaker=args.per_speaker, seed=args.seed)[: args.limit or None]
+        mixtures = denoise.mixtures(args.mixtures, args.per_speaker, args.seed)[: args.limit or None]
     except FileNotFoundError as e:
         raise SystemExit(f"edgessm eval: {e}") from None
     name = model.info.extra.get("model_name", path.stem)
     systems = {"noisy": lambda x: x, name: denoise.graph_system(model)}
     latency = {name: 1000 * model.info.latency_samples / model.info.sample_rate}
+    for other in args.compare or []:  # more denoisers on the same mixtures, named by their folder or file
+        try:
+            other_path = resolve_graph(other, int8=args.int8)
+            other_model = StepModel(other_path, threads=args.threads)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"edgessm eval: {e}") from None
+        if other_model.info.task != "denoise":
+            raise SystemExit(f"edgessm eval: --compare {other} is a {other_model.info.task or 'untyped'} graph, "
+                             "not a denoiser")  # fmt: skip
+        key = Path(other).name if Path(other).is_dir() else other_path.stem
+        if key in systems:
+            raise SystemExit(f"edgessm eval: two systems named {key!r}; give --compare folders distinct names")
+        systems[key] = denoise.graph_system(other_model)
+        latency[key] = 1000 * other_model.info.latency_samples / other_model.info.sample_rate
     twin = _int8_twin(args.model, path) if not args.int8 else None
     if twin is not None:  # the int8 graph beside the fp32 one is scored in the same run: its quality change
         systems[f"{name} int8"] = denoise.graph_system(StepModel(twin, threads=args.threads))
@@ -210,7 +231,8 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
         r.latency_ms = latency.get(n)
     report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
               "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
-              "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "music": denoise.music_source(),
+              "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "split": args.mixtures,
+              "music": denoise.music_source(args.mixtures),
               "params": int(model.info.extra.get("params", 0)) or None,
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip

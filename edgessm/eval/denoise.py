@@ -1,7 +1,7 @@
 """Denoiser evaluation: held-out real speech in unseen noise, scored for our graph, the peers and the
 noisy input in one run (torch-free).
 
-Test set (:func:`test_mixtures`): the read-speech speakers that the denoise recipe keeps for test
+Test set (:func:`mixtures`): the read-speech speakers that the denoise recipe keeps for test
 (``data.test_pct``; never trained on, never validated on), each speaker's utterances joined with short
 pauses into one ~10 s recording, mixed at a fixed level with noises the model never heard:
 
@@ -72,14 +72,17 @@ class SystemResult:
         return float(np.mean(vals)) if vals else float("nan")
 
 
-def test_speakers(validation_pct: float = 10.0, test_pct: float = 10.0) -> dict[str, list[Clip]]:
-    """Read-speech clips of the test speakers (the denoise recipe's split), by speaker."""
+def speakers_of(split: str = "test", validation_pct: float = 10.0, test_pct: float = 10.0) -> dict[str, list[Clip]]:
+    """Read-speech clips of the speakers in ``split`` (``"test"`` or ``"validation"``: the denoise
+    recipe's split, never trained on), by speaker."""
+    if split not in ("test", "validation"):
+        raise ValueError(f"mixtures come from the held-out 'test' or 'validation' speakers, not {split!r}")
     out: dict[str, list[Clip]] = {}
     for c in shared_read_speech():
-        if assign_split(c, validation_pct, test_pct) == "test":
+        if assign_split(c, validation_pct, test_pct) == split:
             out.setdefault(c.speaker, []).append(c)
     if not out:
-        raise FileNotFoundError("no read-speech test speakers found (is ../shared/data/real_read_speech there?)")
+        raise FileNotFoundError(f"no read-speech {split} speakers found (is ../shared/data/real_read_speech there?)")
     return dict(sorted(out.items()))
 
 
@@ -102,19 +105,20 @@ def _real_noise(name: str) -> np.ndarray:
     raise FileNotFoundError(f"noise recording {name}.wav not found in the shared background noises")
 
 
-def music_source() -> str:
-    """What the ``music`` mixtures hold here: ``"recorded"`` (the soundtracks' test tracks) or ``"procedural"``."""
+def music_source(split: str = "test") -> str:
+    """What the ``music`` mixtures hold here: ``"recorded"`` (the soundtracks' tracks of ``split``) or
+    ``"procedural"``."""
     from edgessm.data.music import music_tracks
 
-    return "recorded" if music_tracks("test") else "procedural"
+    return "recorded" if music_tracks(split) else "procedural"
 
 
-def _test_music(mixtures: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """One recorded test track per ``music`` mixture (drawn without replacement while they last), decoded
-    only for the mixtures that use one; empty where the soundtracks are not installed."""
+def _split_music(mixtures: int, rng: np.random.Generator, split: str = "test") -> list[np.ndarray]:
+    """One recorded track of ``split`` per ``music`` mixture (drawn without replacement while they last),
+    decoded only for the mixtures that use one; empty where the soundtracks are not installed."""
     from edgessm.data.music import music_tracks
 
-    tracks = music_tracks("test")
+    tracks = music_tracks(split)
     if not tracks:
         return []
     count = -(-mixtures // len(NOISE_KINDS))
@@ -142,12 +146,18 @@ def mix(
     return (c * gain).astype(np.float32), (noisy * gain).astype(np.float32)
 
 
-def test_mixtures(per_speaker: int = 2, seed: int = 0, max_s: float = 10.0) -> list[Mixture]:
-    """The held-out test mixtures (see the module docstring), deterministic for a ``seed``."""
-    speakers = test_speakers()
+def mixtures(split: str = "test", per_speaker: int = 2, seed: int = 0, max_s: float = 10.0) -> list[Mixture]:
+    """The held-out mixtures (see the module docstring), deterministic for a ``seed``.
+
+    ``split="validation"`` builds the same kinds from what validation may see, to tune choices on
+    (e.g. the post-filter) without touching the test: the validation speakers, babble of the other
+    validation speakers, the soundtracks' validation tracks, and the validation noise recording
+    (``running_tap``) in place of the test-only one."""
+    speakers = speakers_of(split)
     rng = np.random.default_rng(seed)
-    real = {k: _real_noise(k) for k in ("dude_miaowing", "running_tap")}
-    music = _test_music(len(speakers) * per_speaker, rng)
+    tap = _real_noise("running_tap")  # the test-only recording is never read outside the test:
+    real = {"dude_miaowing": _real_noise("dude_miaowing") if split == "test" else tap, "running_tap": tap}
+    music = _split_music(len(speakers) * per_speaker, rng, split)
     clean_of = {s: _join(clips, max_s) for s, clips in speakers.items()}
     out: list[Mixture] = []
     k = 0

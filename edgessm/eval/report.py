@@ -253,6 +253,8 @@ def denoise_markdown(report: dict) -> str:
     ]
     tables += [("stoi", "STOI", "{:.3f}", "by_noise"), ("dnsmos_ovrl", "DNSMOS OVRL", "{:.2f}", "by_noise")]
     titles = {"by_snr": "input SNR (dB)", "by_noise": "noise"}
+    if report.get("split") == "validation":
+        lines += ["", "Mixtures: the **validation** speakers and noises (for tuning; not a test result)."]
     if report.get("music"):
         lines += ["", f"Music mixtures: {report['music']} music."]
     for key, label, fmt, group in tables:
