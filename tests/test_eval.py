@@ -205,6 +205,26 @@ def test_real_speech_background_is_the_half_of_speakers_training_leaves_out(monk
     assert all(c.text == "the seal is sleeping" for c in chosen)
 
 
+def test_calibration_speech_is_real_speakers_held_out_of_training(monkeypatch) -> None:
+    """The keyword-free speech that per-keyword thresholds are calibrated on: validation-split real
+    sentences (not the test background's speakers), keyword-free, and no synthetic voice at all."""
+    from edgessm.data import corpora
+    from edgessm.data.manifest import Clip, assign_split
+    from edgessm.eval import backgrounds
+
+    read = [Clip(f"r{i}.wav", speaker=f"reader{i}", text="the seal is sleeping", source="real_read_speech")
+            for i in range(60)]  # fmt: skip
+    pseudo = [Clip(f"p{i}.wav", speaker=f"talker{i}", text=t, source="real_sentences_pseudolabeled")
+              for i in range(60) for t in ("a quiet harbour", "say yes")]  # fmt: skip
+    monkeypatch.setattr(backgrounds, "shared_read_speech", lambda: read)
+    monkeypatch.setattr(corpora, "shared_pseudolabeled_sentences", lambda: pseudo)
+    monkeypatch.setattr(corpora, "synth_manifest", lambda name: pytest.fail("synthetic voices were read"))
+    chosen = backgrounds._sentences("validation", ["yes", "no"])
+    assert chosen and all(assign_split(c) == "validation" for c in chosen)
+    assert not any(backgrounds.stream_background_speaker(c) for c in chosen)
+    assert all(c.text in ("the seal is sleeping", "a quiet harbour") for c in chosen)
+
+
 def test_sc_validation_set_holds_only_speakers_no_recipe_trains_on() -> None:
     from fixtures import skip_without_shared
 

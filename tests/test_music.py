@@ -50,3 +50,36 @@ def test_without_the_packages_the_error_says_how_to_install_them(monkeypatch, tm
         music.music_tracks()
     with pytest.raises(CorpusError, match="unknown music split"):
         music.music_tracks("dev")
+
+
+def test_keyword_evaluation_music_is_recorded_tracks_of_its_split_or_procedural_without_them(
+    monkeypatch, tmp_path: Path
+) -> None:
+    import numpy as np
+    import soundfile as sf
+
+    from edgessm.eval import backgrounds
+
+    (tmp_path / "m").mkdir()
+    for i in range(30):
+        sf.write(tmp_path / "m" / f"t{i:02d}.wav", np.full(16000 * 40, 0.01 * (i + 1), np.float32), 16000)
+    monkeypatch.setattr(music, "PACKAGES", (music.MusicPackage("m-music", str(tmp_path / "m"), "*.wav", "GPL"),))
+    loaded: list[str] = []
+    load = backgrounds.load_audio
+    monkeypatch.setattr(backgrounds, "load_audio", lambda path: loaded.append(Path(path).name) or load(path))
+    for split in ("test", "validation"):
+        loaded.clear()
+        x = backgrounds.music(90.0, np.random.default_rng(0), split)
+        assert x.shape == (90 * 16000,) and backgrounds.music_source(split) == "recorded"
+        assert all(np.allclose(p, p[0]) and p[0] > 0 for p in x.reshape(3, -1))  # one track per 30 s piece
+        names = {p.name for p in music.music_tracks(split)}
+        assert len(loaded) == 3 and set(loaded) <= names and len(names) < 30  # that split's tracks only
+    loaded.clear()
+    backgrounds.background("music", 30.0, np.random.default_rng(1))  # the test streams: test tracks
+    backgrounds.background("music", 30.0, np.random.default_rng(1), speech_source="validation")  # calibration
+    assert loaded[0] in {p.name for p in music.music_tracks("test")}
+    assert loaded[1] in {p.name for p in music.music_tracks("validation")}
+    monkeypatch.setattr(music, "PACKAGES", (music.MusicPackage("x-music", str(tmp_path / "none"), "*.ogg", "GPL"),))
+    assert backgrounds.music_source("test") == "procedural" and music.installed_tracks("test") == []
+    y = backgrounds.music(30.0, np.random.default_rng(0))
+    assert y.shape == (30 * 16000,) and not np.allclose(y, y[0])  # procedural music instead

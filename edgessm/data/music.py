@@ -99,3 +99,9 @@ def music_tracks(split: str = "train") -> list[Path]:
         files = _extract(pkg) if zipfile.is_zipfile(pkg.root) else sorted(Path(pkg.root).glob(pkg.pattern))
         tracks += [f for f in files if split == "all" or track_split(pkg.package, f.name) == split]
     return tracks
+
+
+def installed_tracks(split: str) -> list[Path]:
+    """The tracks of ``split`` where the soundtracks are installed, else ``[]`` (evaluations fall back
+    to procedural music and say so)."""
+    return music_tracks(split) if installed() else []

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
-    from . import kws
+    from . import backgrounds, kws
     from .report import kws_markdown, kws_plots
 
     progress = _progress(not args.no_progress and sys.stderr.isatty())
@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
         streams = kws.keyword_streams(args.keywords_per_background, args.seed)
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
         report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress, calibrated)
+        report["streams"]["music"] = backgrounds.music_source("test")
         # a user's session: real speakers, short pauses, a quiet room (hit rate; no keyword-free audio)
         report["sessions"] = kws.stream_metrics(model, kws.session_streams(seed=args.seed), [], thresholds, cfg,
                                                 progress, calibrated)  # fmt: skip

@@ -108,17 +108,17 @@ def _real_noise(name: str) -> np.ndarray:
 def music_source(split: str = "test") -> str:
     """What the ``music`` mixtures hold here: ``"recorded"`` (the soundtracks' tracks of ``split``) or
     ``"procedural"``."""
-    from edgessm.data.music import music_tracks
+    from edgessm.data.music import installed_tracks
 
-    return "recorded" if music_tracks(split) else "procedural"
+    return "recorded" if installed_tracks(split) else "procedural"
 
 
 def _split_music(mixtures: int, rng: np.random.Generator, split: str = "test") -> list[np.ndarray]:
     """One recorded track of ``split`` per ``music`` mixture (drawn without replacement while they last),
     decoded only for the mixtures that use one; empty where the soundtracks are not installed."""
-    from edgessm.data.music import music_tracks
+    from edgessm.data.music import installed_tracks
 
-    tracks = music_tracks(split)
+    tracks = installed_tracks(split)
     if not tracks:
         return []
     count = -(-mixtures // len(NOISE_KINDS))

@@ -66,7 +66,9 @@ def kws_markdown(report: dict) -> str:
             f"Streaming (smoothing {streams['smooth_frames']} frames, refractory {streams['refractory_s']} s; "
             f"keywords from {KEYWORD_SOURCES[streams.get('keyword_source', 'sc-test')]} in speech/music/noise "
             f"backgrounds; false accepts on "
-            f"{hours:.2f} h of keyword-free audio):",
+            f"{hours:.2f} h of keyword-free audio"
+            + (f"; {streams['music']} music" if streams.get("music") else "")
+            + "):",
             "",
             "| threshold | detected | speech | music | noise | median time error | FA / hour | FA speech/music/noise |",
             "|---:|---:|---:|---:|---:|---:|---:|---|",
