@@ -158,3 +158,89 @@ def test_a_recognizer_pack_keeps_transcripts_and_leaves_out_the_test_speakers(tm
         TrainConfig.from_dict({**recipe, "data": {**recipe["data"], "sources": [f"pack:{tmp_path / 'p'}"]}})
     )
     assert sorted((c.text, c.split) for c in packed.packed_clips()) == sorted((c.text, c.split) for c in chosen)
+
+
+def _manifest(path: Path, wavs: list[Path], source: str) -> str:
+    rows = ["path,speaker,label,text,split,source"] + [f"{w},{source}{i % 4},,,,{source}" for i, w in enumerate(wavs)]
+    path.write_text("\n".join(rows) + "\n")
+    return f"manifest:{path}"
+
+
+def test_a_denoise_pack_keeps_each_recipe_keys_clips_and_the_held_out_noise(tmp_path: Path, capsys) -> None:
+    """Clean speech, word-stream speakers, babble talkers and music each come back from the pack under
+    their own recipe key; the validation noise is still found by name; test speakers stay out."""
+    from fixtures import clean_and_noise_folders
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data", n_clean=12)
+    words, talkers = clean_and_noise_folders(tmp_path / "w", n_clean=8, seed=1)[0], clean_and_noise_folders(
+        tmp_path / "b", n_clean=8, seed=2)[0]  # fmt: skip
+    music = tmp_path / "music"
+    for i in range(2):
+        t = np.arange(SR * 30) / SR
+        tone = 0.2 * np.sin(2 * np.pi * 220 * (i + 1) * t) * (t > 20)  # loud in its last 10 s
+        write_audio(music / f"track{i}.wav", tone.astype(np.float32), SR)
+    sources = {k: _manifest(tmp_path / f"{k}.csv", sorted(d.rglob("*.wav")), k)
+               for k, d in (("speech", clean), ("words", words), ("talkers", talkers))}  # fmt: skip
+    cfg = tmp_path / "den.toml"
+    cfg.write_text(f"""task = "denoise"
+[model]
+arch = "spectral"
+channels = [8]
+states = [4]
+kinds = ["pointwise"]
+bands = 8
+fine_bins = 0
+[data]
+sources = ["{sources["speech"]}"]
+noise = ["noise:{noise}"]
+segment_samples = 3200
+val_samples = 3200
+val_items = 2
+validation_pct = 25.0
+test_pct = 25.0
+val_noise_holdout = ["hum.wav"]
+test_noise_holdout = []
+word_sources = ["{sources["words"]}"]
+word_stream_prob = 0.5
+min_dynamic_range_db = 20.0  # the fixture words hold 26 dB
+babble_sources = ["{sources["talkers"]}"]
+music_sources = ["noise:{music}"]
+music_max_s = 5.0
+[augment.noise]
+bank = 1.0
+babble = 1.0
+music = 1.0
+[train]
+steps = 3
+batch_size = 2
+workers = 0
+""")
+    task = build_task(load_config(str(cfg)))
+    roles = task.packed_roles()
+    assert roles["sources"] and all(c.split in ("train", "validation") for c in roles["sources"])
+    assert all(c.split == "train" for key in ("word_sources", "babble_sources") for c in roles[key])
+    out = tmp_path / "pack"
+    assert main(["pack", str(cfg), "--out", str(out)]) == 0
+    summary = json.loads((out / "pack.json").read_text())
+    assert summary["roles"] == {"sources": ["speech"], "word_sources": ["words"], "babble_sources": ["talkers"],
+                                "music_sources": ["music"]}  # fmt: skip
+    packed = pack.read_pack(out)
+    tracks = [c for c in packed if c.source == "music"]
+    assert len(tracks) == 2 and all(len(pack.read_ref(c.path)) == 5 * SR for c in tracks)  # the loudest 5 s
+    assert np.abs(pack.read_ref(tracks[0].path)).mean() > 0.05  # from the loud end of the track
+
+    run = tmp_path / "run"
+    assert main(["train", str(cfg), "--pack", str(out), "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
+    assert "done: step 3 of 3" in capsys.readouterr().out
+    data = json.loads((run / "config.json").read_text())["data"]
+    root = out.resolve()
+    assert data["sources"] == [f"pack:{root}@speech"] and data["babble_sources"] == [f"pack:{root}@talkers"]
+    assert data["music_sources"] == [f"pack:{root}@music"] and data["noise"] == [f"pack:{root}"]
+    trained = build_task(load_config(str(cfg), [f"{k}={v!r}" for k, v in (
+        ("data.sources", data["sources"]), ("data.word_sources", data["word_sources"]),
+        ("data.babble_sources", data["babble_sources"]), ("data.music_sources", data["music_sources"]),
+        ("data.noise", data["noise"]))]))  # fmt: skip
+    trained._prepare()
+    assert len(trained.train_clips) == sum(c.split == "train" for c in roles["sources"])
+    assert len(trained.noise_val) == 1 and np.abs(trained.noise_val[0]).max() > 0.05  # hum, found by its name
+    assert len(trained.noise_train) == 1

@@ -64,13 +64,18 @@ def run(args: argparse.Namespace) -> int:
 
 def pack_overrides(cfg, folder: str) -> list[str]:
     """Overrides that point a recipe's data sources, noises and measured RIRs at a data pack."""
+    import json
     from pathlib import Path
 
     from edgessm.data.pack import read_pack
 
     root = Path(folder).expanduser().resolve()
     read_pack(root)  # a clear error now if it is not a pack
-    out = [f"data.sources={[f'pack:{root}']!r}"]
+    roles = json.loads((root / "pack.json").read_text()).get("roles") if (root / "pack.json").is_file() else None
+    if roles:  # a denoise pack: each recipe key reads its own sources of the pack
+        out = [f"data.{key}={[f'pack:{root}@' + ','.join(names)]!r}" for key, names in roles.items()]
+    else:
+        out = [f"data.sources={[f'pack:{root}']!r}"]
     if cfg.data.get("noise"):
         out.append(f"data.noise={[f'pack:{root}']!r}")
     rirs = cfg.augment.get("rirs")

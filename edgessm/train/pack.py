@@ -81,6 +81,23 @@ def trim_keyword(margin_s: float, max_samples: int):
     return prepare
 
 
+def pack_roles(roles: dict[str, list[Clip]], packed: list[Clip]) -> dict[str, list[str]]:
+    """``{recipe key: [source names]}`` for a denoise pack: the training machine's recipe reads each key's
+    clips as ``pack:DIR@SOURCE,...``. Refused where a source name of the clean speech would also pick up
+    clips packed for another key only (they would become clean training speech)."""
+    kept_paths = {c.path for c in packed}
+    out = {key: sorted({c.source for c in clips if c.path in kept_paths}) for key, clips in roles.items() if clips}
+    emptied = [key for key, names in out.items() if not names]
+    if emptied:
+        raise ValueError(f"--keep left no clips for data.{', data.'.join(emptied)}; keep a share of them")
+    clean = {c.path for c in roles["sources"]}
+    stray = sorted({c.source for c in packed if c.source in out.get("sources", []) and c.path not in clean})
+    if stray:
+        raise ValueError(f"cannot pack: sources {stray} serve as clean speech and, with other clips, as another "
+                         "key's data; give them distinct sources")  # fmt: skip
+    return out
+
+
 def recipe_rirs(cfg) -> list[np.ndarray]:
     """The room impulse responses of the recipe's ``[augment.rirs]`` (simulated and measured), prepared."""
     from edgessm.data.augment import RirSourceConfig, build_rir_bank, config_from_dict
@@ -104,15 +121,23 @@ def run(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, args.overrides)
         task = build_task(cfg)
         if not hasattr(task, "packed_clips"):
-            raise ValueError(f"{task.name} recipes cannot be packed yet (keyword spotting and recognition can)")
+            raise ValueError(
+                f"{task.name} recipes cannot be packed yet (keyword spotting, recognition and denoising can)"
+            )
         clips = [c for c in task.packed_clips() if kept(c, keep, args.keep_seed)]
         noises = noise_paths(list(task.data.noise)) if getattr(task.data, "noise", None) else []
         rirs = recipe_rirs(cfg)
         max_samples = 2 * int(getattr(task.data, "clip_samples", SAMPLE_RATE))
         info = {"recipe": args.config, "overrides": args.overrides, "keep": args.keep, "keep_seed": args.keep_seed,
                 "margin_s": args.margin, "noise_max_s": args.noise_max_s}  # fmt: skip
-        summary = write_pack(args.out, clips, trim_keyword(args.margin, max_samples), noises, rirs, args.level,
-                             args.shards, info=info, noise_max_s=args.noise_max_s)  # fmt: skip
+        prepare = trim_keyword(args.margin, max_samples)
+        if hasattr(task, "packed_roles"):  # a denoise recipe: which packed sources serve which recipe key
+            info["roles"] = pack_roles(task.packed_roles(), clips)
+            music = int(task.data.music_max_s * SAMPLE_RATE)
+            trim = prepare
+            prepare = lambda c, x: loudest_window(x, music) if c.source == "music" else trim(c, x)  # noqa: E731
+        summary = write_pack(args.out, clips, prepare, noises, rirs, args.level, args.shards, info=info,
+                             noise_max_s=args.noise_max_s)  # fmt: skip
     except (FileNotFoundError, FileExistsError, ValueError, CorpusError) as e:
         raise SystemExit(f"edgessm pack: {e}") from None
     hours = sum(summary["hours"].values())

@@ -14,6 +14,8 @@ better). Data sources are strings:
 * ``folder:DIR`` -- any folder tree of audio (clean speech for denoising);
 * ``manifest:CSV`` -- a manifest (e.g. a synthetic corpus, ``edgessm synth``);
 * ``pack:DIR`` -- a data pack (``edgessm pack``: a recipe's clips, compressed to travel) and its noises;
+  ``pack:DIR@SOURCE,...`` only its clips of those sources (a denoise pack's roles: clean speech, words,
+  babble talkers, music);
 * ``noise:DIR`` / ``shared:noise`` -- noise recordings;
 * ``music:train`` (``validation``, ``test``) -- real music of free-licensed soundtracks (:mod:`edgessm.data.music`).
 """
@@ -87,12 +89,35 @@ def load_sources(specs: list[str], words: str = "sc35") -> list[Clip]:
         elif kind == "synth":
             clips += read_manifest(corpora.synth_manifest(arg))
         elif kind == "pack":
-            clips += pack.read_pack(arg)
+            clips += _pack_clips(arg)
         else:
             raise ValueError(f"unknown data source {spec!r}")
     if any(c.source == "sc_test" for c in clips):
         raise ValueError("the Speech Commands test clips are for evaluation only and cannot be trained on")
     return clips
+
+
+def _pack_clips(arg: str) -> list[Clip]:
+    """``DIR`` or ``DIR@SOURCE,...``: the pack's clips, or only those of the named sources."""
+    folder, _, names = arg.partition("@")
+    clips = pack.read_pack(folder)
+    if not names:
+        return clips
+    wanted = set(names.split(","))
+    chosen = [c for c in clips if c.source in wanted]
+    if not chosen:
+        raise CorpusError(f"pack {folder} holds no clips of {sorted(wanted)}")
+    return chosen
+
+
+def noise_stem(path: str | Path) -> str:
+    """A noise recording's own name without extension, also for the copies in a data pack's ``noise/``
+    folder (``NNN_name.ogg``), so that held-out recordings are found by name in either place."""
+    p = Path(path)
+    if p.parent.name == "noise" and (p.parent.parent / pack.MANIFEST).is_file():
+        head, sep, rest = p.stem.partition("_")
+        return rest if sep and head.isdigit() else p.stem
+    return p.stem
 
 
 def noise_paths(specs: list[str]) -> list[str]:
@@ -103,6 +128,8 @@ def noise_paths(specs: list[str]) -> list[str]:
             paths += [str(p) for p in corpora.shared_noises()]
         elif kind == "noise":
             paths += [str(p) for p in corpora.audio_files(arg)]
+        elif kind == "pack" and "@" in arg:  # recordings packed as clips (a denoise pack's music)
+            paths += [c.path for c in _pack_clips(arg)]
         elif kind == "pack":
             paths += [str(p) for p in corpora.audio_files(Path(arg).expanduser() / "noise")]
         elif kind == "music":
@@ -613,9 +640,10 @@ class DenoiseTask(Task):
         paths = noise_paths(list(self.data.noise))
         if not paths:
             raise CorpusError("denoising needs noise recordings (data.noise)")
-        held, test = set(self.data.val_noise_holdout), set(self.data.test_noise_holdout)
-        train_noise = [p for p in paths if Path(p).name not in held | test]
-        val_noise = [p for p in paths if Path(p).name in held] or train_noise
+        held = {Path(n).stem for n in self.data.val_noise_holdout}
+        test = {Path(n).stem for n in self.data.test_noise_holdout}
+        train_noise = [p for p in paths if noise_stem(p) not in held | test]
+        val_noise = [p for p in paths if noise_stem(p) in held] or train_noise
         if not train_noise:
             raise CorpusError("every noise recording is held out; list fewer in data.*_noise_holdout")
         self.noise_train, self.noise_val = AudioStore(train_noise), AudioStore(val_noise)
@@ -630,6 +658,38 @@ class DenoiseTask(Task):
         # validation pairs: the held-out noise recording, the same SNR/level mixing, no masking or reverb
         self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
         self._prepared = True
+
+    #: a denoise pack's roles: recipe keys whose clips it holds (``music_sources`` as clips of source "music")
+    PACK_ROLES = ("sources", "word_sources", "babble_sources", "music_sources")
+
+    def packed_roles(self) -> dict[str, list[Clip]]:
+        """The clips a data pack of this recipe holds, by the recipe key that uses them: the clean speech
+        (training and validation speakers, split fixed; test speakers stay out), and the training
+        speakers of the word streams, of babble and the training music tracks (source ``music``)."""
+        split = lambda c: assign_split(c, self.data.validation_pct, self.data.test_pct)  # noqa: E731
+        clean = load_sources(list(self.data.sources))
+        if self.data.min_words:
+            clean = [c for c in clean if not c.text or len(c.text.split()) >= self.data.min_words]
+        roles = {"sources": [replace(c, split=s) for c in clean if (s := split(c)) != "test"]}
+        for key in ("word_sources", "babble_sources"):
+            specs = list(getattr(self.data, key))
+            if key == "word_sources" and self.data.word_stream_prob <= 0:
+                specs = []
+            roles[key] = [replace(c, split="train") for c in load_sources(specs) if split(c) == "train"]
+        roles["music_sources"] = [Clip(p, speaker=Path(p).stem, source="music", split="train")
+                                  for p in noise_paths(list(self.data.music_sources))]  # fmt: skip
+        return roles
+
+    def packed_clips(self) -> list[Clip]:
+        """Every clip of :meth:`packed_roles` once (a clip in two roles keeps its first split)."""
+        seen: set[str] = set()
+        out = []
+        for clips in self.packed_roles().values():
+            for c in clips:
+                if c.path not in seen:
+                    seen.add(c.path)
+                    out.append(c)
+        return out
 
     def _babble_speech(self, n_train: int):
         """Talkers for babble: the training speakers of ``babble_sources``, else the clean training clips."""
