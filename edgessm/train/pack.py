@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 
@@ -81,17 +82,20 @@ def trim_keyword(margin_s: float, max_samples: int):
     return prepare
 
 
-def pack_roles(roles: dict[str, list[Clip]], packed: list[Clip]) -> dict[str, list[str]]:
+def pack_roles(
+    roles: dict[str, list[Clip]], packed: list[Clip], takes_as_clean: Callable[[Clip], bool] = lambda clip: True
+) -> dict[str, list[str]]:
     """``{recipe key: [source names]}`` for a denoise pack: the training machine's recipe reads each key's
     clips as ``pack:DIR@SOURCE,...``. Refused where a source name of the clean speech would also pick up
-    clips packed for another key only (they would become clean training speech)."""
+    a clip packed for another key only that the recipe takes as clean speech (``takes_as_clean``)."""
     kept_paths = {c.path for c in packed}
     out = {key: sorted({c.source for c in clips if c.path in kept_paths}) for key, clips in roles.items() if clips}
     emptied = [key for key, names in out.items() if not names]
     if emptied:
         raise ValueError(f"--keep left no clips for data.{', data.'.join(emptied)}; keep a share of them")
     clean = {c.path for c in roles["sources"]}
-    stray = sorted({c.source for c in packed if c.source in out.get("sources", []) and c.path not in clean})
+    stray = sorted({c.source for c in packed
+                    if c.source in out.get("sources", []) and c.path not in clean and takes_as_clean(c)})  # fmt: skip
     if stray:
         raise ValueError(f"cannot pack: sources {stray} serve as clean speech and, with other clips, as another "
                          "key's data; give them distinct sources")  # fmt: skip
@@ -132,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
                 "margin_s": args.margin, "noise_max_s": args.noise_max_s}  # fmt: skip
         prepare = trim_keyword(args.margin, max_samples)
         if hasattr(task, "packed_roles"):  # a denoise recipe: which packed sources serve which recipe key
-            info["roles"] = pack_roles(task.packed_roles(), clips)
+            info["roles"] = pack_roles(task.packed_roles(), clips, task.takes_as_clean)
             music = int(task.data.music_max_s * SAMPLE_RATE)
             trim = prepare
             prepare = lambda c, x: loudest_window(x, music) if c.source == "music" else trim(c, x)  # noqa: E731

@@ -619,9 +619,7 @@ class DenoiseTask(Task):
         from edgessm.data import augment
         from edgessm.data.noise import NoiseBank
 
-        clips = load_sources(list(self.data.sources))
-        if self.data.min_words:  # isolated words in silence are not the speech a denoiser hears
-            clips = [c for c in clips if not c.text or len(c.text.split()) >= self.data.min_words]
+        clips = [c for c in load_sources(list(self.data.sources)) if self.takes_as_clean(c)]
         split = {id(c): assign_split(c, self.data.validation_pct, self.data.test_pct) for c in clips}
         train = [c for c in clips if split[id(c)] == "train"]
         val = [c for c in clips if split[id(c)] == "validation"]
@@ -659,6 +657,11 @@ class DenoiseTask(Task):
         self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
         self._prepared = True
 
+    def takes_as_clean(self, clip: Clip) -> bool:
+        """Whether a clip of ``data.sources`` is clean training speech: with ``min_words``, only transcripts
+        that long (isolated words in silence are not the speech a denoiser hears)."""
+        return not self.data.min_words or not clip.text or len(clip.text.split()) >= self.data.min_words
+
     #: a denoise pack's roles: recipe keys whose clips it holds (``music_sources`` as clips of source "music")
     PACK_ROLES = ("sources", "word_sources", "babble_sources", "music_sources")
 
@@ -667,9 +670,7 @@ class DenoiseTask(Task):
         (training and validation speakers, split fixed; test speakers stay out), and the training
         speakers of the word streams, of babble and the training music tracks (source ``music``)."""
         split = lambda c: assign_split(c, self.data.validation_pct, self.data.test_pct)  # noqa: E731
-        clean = load_sources(list(self.data.sources))
-        if self.data.min_words:
-            clean = [c for c in clean if not c.text or len(c.text.split()) >= self.data.min_words]
+        clean = [c for c in load_sources(list(self.data.sources)) if self.takes_as_clean(c)]
         roles = {"sources": [replace(c, split=s) for c in clean if (s := split(c)) != "test"]}
         for key in ("word_sources", "babble_sources"):
             specs = list(getattr(self.data, key))
