@@ -57,6 +57,8 @@ def test_scoring_hits_misses_false_accepts_and_time_error() -> None:
     assert s.detection_rate == pytest.approx(2 / 3)
     assert s.false_accepts_per_hour == pytest.approx(2.0)
     assert s.summary()["hits"] == 2
+    assert s.wrong_words == 1  # 'no' while 'yes' was said; the repeated 'yes' is a false accept, not a wrong word
+    assert s.per_word == {"yes": [2, 2], "no": [0, 1]}
 
 
 def test_user_session_streams_hold_real_words_with_short_pauses_over_a_quiet_room() -> None:

@@ -262,15 +262,21 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
     rows = []
     for th, cfg in decisions:
         row: dict = {"threshold": th, "by_background": {}}
-        total_hits = total_kw = 0
+        total_hits = total_kw = wrong = 0
         errors: list[float] = []
+        per_word: dict[str, list[int]] = {}
         for s in streams:
             dets = detect(logits[id(s)], info.labels, frame_s, cfg)
             sc = score_stream(dets, s.placements, len(s.audio) / info.sample_rate)
             row["by_background"][s.kind] = sc.summary()
             total_hits += sc.hits
             total_kw += sc.hits + sc.misses
+            wrong += sc.wrong_words
             errors += sc.time_errors_s
+            for word, (h, n) in sc.per_word.items():
+                per_word.setdefault(word, [0, 0])
+                per_word[word][0] += h
+                per_word[word][1] += n
         fa = 0
         fa_hours = 0.0
         fa_by: dict[str, int] = {}
@@ -282,6 +288,8 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
         row.update(
             detection_rate=total_hits / max(1, total_kw),
             keywords=total_kw,
+            wrong_word_rate=wrong / max(1, total_kw),  # detections of another keyword while one is said
+            per_word={w: {"hits": h, "keywords": n} for w, (h, n) in sorted(per_word.items())},
             time_error_median_s=float(np.median(errors)) if errors else None,
             time_error_p90_abs_s=float(np.percentile(np.abs(errors), 90)) if errors else None,
             false_accepts=fa,

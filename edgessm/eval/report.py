@@ -92,16 +92,36 @@ def kws_markdown(report: dict) -> str:
             "User sessions (held-out real speakers, 1.5-2.5 s pauses, a quiet room; a hit is the right word "
             "from its start to 1 s after its end):",
             "",
-            "| threshold | ten commands | all 35 words |",
-            "|---:|---:|---:|",
+            "| threshold | ten commands | all 35 words | wrong word (ten / 35) |",
+            "|---:|---:|---:|---:|",
         ]
+        kinds = ("session-commands", "session-35")
         for row in sessions["sweep"]:
             by = row["by_background"]
-            lines.append(f"| {_threshold(row, th)} | "
-                         + " | ".join(_pct(by[k]["detection_rate"]) if k in by else "-"
-                                      for k in ("session-commands", "session-35")) + " |")  # fmt: skip
+            hit = [_pct(by[k]["detection_rate"]) if k in by else "-" for k in kinds]
+            wrong = [_pct(by[k]["wrong_words"] / max(1, by[k]["hits"] + by[k]["misses"]))
+                     if k in by and "wrong_words" in by[k] else "-" for k in kinds]  # fmt: skip
+            lines.append(f"| {_threshold(row, th)} | {hit[0]} | {hit[1]} | {wrong[0]} / {wrong[1]} |")
         lines.append("")
+        lines += _session_words(sessions, th)
     return "\n".join(lines)
+
+
+def _session_words(sessions: dict, headline) -> list[str]:
+    """Per-word hit rates in the sessions (both streams) at the headline decision, two words a row."""
+    rows = [r for r in sessions["sweep"] if "per_word" in r and _threshold(r, headline).startswith("**")]
+    if not rows:
+        return []
+    words = rows[0]["per_word"]
+    names = [w for w in SC35_WORDS if w in words]
+    rate = {w: _pct(words[w]["hits"] / max(1, words[w]["keywords"])) for w in names}
+    lines = [f"Sessions per word at {_threshold(rows[0], None)} (both streams):", "",
+             "| word | said | hit | word | said | hit |", "|---|---:|---:|---|---:|---:|"]  # fmt: skip
+    half = (len(names) + 1) // 2
+    for a, b in zip(names[:half], [*names[half:], *[None] * (2 * half - len(names))], strict=True):
+        right = f"{b} | {words[b]['keywords']} | {rate[b]}" if b else " | | "
+        lines.append(f"| {a} | {words[a]['keywords']} | {rate[a]} | {right} |")
+    return [*lines, ""]
 
 
 def kws_plots(report: dict, out: Path) -> list[Path]:

@@ -27,9 +27,11 @@ class Placement:
 class StreamScore:
     hits: int = 0
     misses: int = 0
-    false_accepts: int = 0
+    false_accepts: int = 0  # detections matching no placed keyword (wrong words included)
+    wrong_words: int = 0  # of those, detections of another keyword inside a placed keyword's window
     time_errors_s: list[float] = field(default_factory=list)  # detection time - keyword end
     duration_s: float = 0.0
+    per_word: dict[str, list[int]] = field(default_factory=dict)  # label -> [hits, placed]
 
     @property
     def detection_rate(self) -> float:
@@ -49,7 +51,9 @@ class StreamScore:
             "hits": self.hits,
             "misses": self.misses,
             "false_accepts": self.false_accepts,
+            "wrong_words": self.wrong_words,
             "hours": self.duration_s / 3600,
+            "per_word": self.per_word,
         }
 
 
@@ -105,9 +109,15 @@ def score_stream(detections: Sequence[tuple[str, float]], placements: Sequence[P
                 best, best_d = k, d
         if best is None:
             score.false_accepts += 1
+            score.wrong_words += any(p.label != label and p.start_s - early_s <= t <= p.end_s + late_s
+                                     for p in placements)  # fmt: skip
         else:
             used[best] = True
             score.hits += 1
             score.time_errors_s.append(t - placements[best].end_s)
     score.misses = used.count(False)
+    for p, hit in zip(placements, used, strict=True):
+        counts = score.per_word.setdefault(p.label, [0, 0])
+        counts[0] += hit
+        counts[1] += 1
     return score
