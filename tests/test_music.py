@@ -70,7 +70,7 @@ def test_keyword_evaluation_music_is_recorded_tracks_of_its_split_or_procedural_
     for split in ("test", "validation"):
         loaded.clear()
         x = backgrounds.music(90.0, np.random.default_rng(0), split)
-        assert x.shape == (90 * 16000,) and backgrounds.music_source(split) == "recorded"
+        assert x.shape == (90 * 16000,) and music.music_source(split) == "recorded"
         assert all(np.allclose(p, p[0]) and p[0] > 0 for p in x.reshape(3, -1))  # one track per 30 s piece
         names = {p.name for p in music.music_tracks(split)}
         assert len(loaded) == 3 and set(loaded) <= names and len(names) < 30  # that split's tracks only
@@ -80,6 +80,6 @@ def test_keyword_evaluation_music_is_recorded_tracks_of_its_split_or_procedural_
     assert loaded[0] in {p.name for p in music.music_tracks("test")}
     assert loaded[1] in {p.name for p in music.music_tracks("validation")}
     monkeypatch.setattr(music, "PACKAGES", (music.MusicPackage("x-music", str(tmp_path / "none"), "*.ogg", "GPL"),))
-    assert backgrounds.music_source("test") == "procedural" and music.installed_tracks("test") == []
+    assert music.music_source("test") == "procedural" and music.installed_tracks("test") == []
     y = backgrounds.music(30.0, np.random.default_rng(0))
     assert y.shape == (30 * 16000,) and not np.allclose(y, y[0])  # procedural music instead

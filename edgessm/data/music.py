@@ -103,5 +103,11 @@ def music_tracks(split: str = "train") -> list[Path]:
 
 def installed_tracks(split: str) -> list[Path]:
     """The tracks of ``split`` where the soundtracks are installed, else ``[]`` (evaluations fall back
-    to procedural music and say so)."""
+    to procedural music and say so, :func:`music_source`)."""
     return music_tracks(split) if installed() else []
+
+
+def music_source(split: str = "test") -> str:
+    """What an evaluation's music is here: ``"recorded"`` (the soundtracks' tracks of ``split``) or
+    ``"procedural"`` (where they are not installed)."""
+    return "recorded" if installed_tracks(split) else "procedural"

@@ -48,6 +48,16 @@ _decoded: dict[str, np.ndarray] = {}  # shard path -> int16 samples (per process
 DEFAULT_LEVEL = 0.96
 
 
+def noise_stem(path: str | os.PathLike) -> str:
+    """A noise recording's own name without extension, also for the copy a pack holds in its ``noise/``
+    folder (``NNN_name.ogg``, :func:`write_pack`): held-out recordings are found by name in either place."""
+    p = Path(path)
+    if p.parent.name == "noise" and (p.parent.parent / MANIFEST).is_file():
+        head, sep, rest = p.stem.partition("_")
+        return rest if sep and head.isdigit() else p.stem
+    return p.stem
+
+
 def is_ref(path: str | os.PathLike) -> bool:
     """Whether ``path`` names samples of a pack shard (``FILE.ogg#START-END``)."""
     return _REF.match(str(path)) is not None

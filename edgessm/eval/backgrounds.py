@@ -8,8 +8,8 @@ Three kinds, each built deterministically from a seed:
 * ``music`` -- recorded music, a new track every 30 s: the free game soundtracks' tracks of the
   split (``test`` for evaluation, ``validation`` for calibration; split by track, so never trained
   on; ``make music`` installs them), or, where they are not installed, procedural music
-  (:func:`edgessm.data.noise.music_like`), a new tempo and key every 30 s (:func:`music_source`
-  says which);
+  (:func:`edgessm.data.noise.music_like`), a new tempo and key every 30 s
+  (:func:`edgessm.data.music.music_source` says which);
 * ``noise`` -- the real background-noise recordings of Speech Commands and colored noise, a new
   source every 30 s, at levels from quiet room to loud street.
 """
@@ -119,14 +119,6 @@ def speech(seconds: float, rng: np.random.Generator, words: Iterable[str] = SC35
         out[pos : pos + len(x)] = x
         pos += len(x) + int(rng.uniform(0.2, 1.5) * SAMPLE_RATE)
     return out
-
-
-def music_source(split: str = "test") -> str:
-    """What the ``music`` background holds here: ``"recorded"`` (the soundtracks' tracks of ``split``)
-    or ``"procedural"``."""
-    from edgessm.data.music import installed_tracks
-
-    return "recorded" if installed_tracks(split) else "procedural"
 
 
 def music(seconds: float, rng: np.random.Generator, split: str = "test") -> np.ndarray:

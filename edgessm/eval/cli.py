@@ -108,11 +108,12 @@ def _sets(spec: str | None, known: tuple[str, ...], check: bool = True) -> list[
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgessm.data.music import music_source
     from edgessm.runtime.kws import DecisionConfig, graph_decision
     from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
-    from . import backgrounds, kws
+    from . import kws
     from .report import kws_markdown, kws_plots
 
     progress = _progress(not args.no_progress and sys.stderr.isatty())
@@ -171,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         streams = kws.keyword_streams(args.keywords_per_background, args.seed)
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
         report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress, calibrated)
-        report["streams"]["music"] = backgrounds.music_source("test")
+        report["streams"]["music"] = music_source("test")
         # a user's session: real speakers, short pauses, a quiet room (hit rate; no keyword-free audio)
         report["sessions"] = kws.stream_metrics(model, kws.session_streams(seed=args.seed), [], thresholds, cfg,
                                                 progress, calibrated)  # fmt: skip
@@ -179,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
+    from edgessm.data.music import music_source
     from edgessm.runtime.registry import resolve_graph
     from edgessm.runtime.session import StepModel
 
@@ -233,7 +235,7 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
               "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
               "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "split": args.mixtures,
-              "music": denoise.music_source(args.mixtures),
+              "music": music_source(args.mixtures),
               "params": int(model.info.extra.get("params", 0)) or None,
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip

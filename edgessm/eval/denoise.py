@@ -10,7 +10,7 @@ pauses into one ~10 s recording, mixed at a fixed level with noises the model ne
 - ``babble``: 3-6 talkers drawn from the *other* test speakers (unseen voices);
 - ``music``: recorded music, the test tracks of the free game soundtracks (``edgessm.data.music``, split
   by track: never in training or validation; ``make music`` installs them), or, where they are not
-  installed, fresh draws of the procedural music generator (:func:`music_source` says which);
+  installed, fresh draws of the procedural music generator (:func:`edgessm.data.music.music_source` says which);
 - ``hum``: fresh draws of the hum/click generator (its kind is in training, these draws are not);
 - ``pink`` and ``white``: Gaussian noise with a 1/f and a flat spectrum.
 
@@ -103,14 +103,6 @@ def _real_noise(name: str) -> np.ndarray:
         if p.stem == name:
             return load_audio(p, SAMPLE_RATE)[0]
     raise FileNotFoundError(f"noise recording {name}.wav not found in the shared background noises")
-
-
-def music_source(split: str = "test") -> str:
-    """What the ``music`` mixtures hold here: ``"recorded"`` (the soundtracks' tracks of ``split``) or
-    ``"procedural"``."""
-    from edgessm.data.music import installed_tracks
-
-    return "recorded" if installed_tracks(split) else "procedural"
 
 
 def _split_music(mixtures: int, rng: np.random.Generator, split: str = "test") -> list[np.ndarray]:

@@ -110,16 +110,6 @@ def _pack_clips(arg: str) -> list[Clip]:
     return chosen
 
 
-def noise_stem(path: str | Path) -> str:
-    """A noise recording's own name without extension, also for the copies in a data pack's ``noise/``
-    folder (``NNN_name.ogg``), so that held-out recordings are found by name in either place."""
-    p = Path(path)
-    if p.parent.name == "noise" and (p.parent.parent / pack.MANIFEST).is_file():
-        head, sep, rest = p.stem.partition("_")
-        return rest if sep and head.isdigit() else p.stem
-    return p.stem
-
-
 def noise_paths(specs: list[str]) -> list[str]:
     paths: list[str] = []
     for spec in specs:
@@ -640,8 +630,8 @@ class DenoiseTask(Task):
             raise CorpusError("denoising needs noise recordings (data.noise)")
         held = {Path(n).stem for n in self.data.val_noise_holdout}
         test = {Path(n).stem for n in self.data.test_noise_holdout}
-        train_noise = [p for p in paths if noise_stem(p) not in held | test]
-        val_noise = [p for p in paths if noise_stem(p) in held] or train_noise
+        train_noise = [p for p in paths if pack.noise_stem(p) not in held | test]
+        val_noise = [p for p in paths if pack.noise_stem(p) in held] or train_noise
         if not train_noise:
             raise CorpusError("every noise recording is held out; list fewer in data.*_noise_holdout")
         self.noise_train, self.noise_val = AudioStore(train_noise), AudioStore(val_noise)
@@ -662,9 +652,6 @@ class DenoiseTask(Task):
         that long (isolated words in silence are not the speech a denoiser hears)."""
         return not self.data.min_words or not clip.text or len(clip.text.split()) >= self.data.min_words
 
-    #: a denoise pack's roles: recipe keys whose clips it holds (``music_sources`` as clips of source "music")
-    PACK_ROLES = ("sources", "word_sources", "babble_sources", "music_sources")
-
     def packed_roles(self) -> dict[str, list[Clip]]:
         """The clips a data pack of this recipe holds, by the recipe key that uses them: the clean speech
         (training and validation speakers, split fixed; test speakers stay out), and the training
@@ -672,11 +659,10 @@ class DenoiseTask(Task):
         split = lambda c: assign_split(c, self.data.validation_pct, self.data.test_pct)  # noqa: E731
         clean = [c for c in load_sources(list(self.data.sources)) if self.takes_as_clean(c)]
         roles = {"sources": [replace(c, split=s) for c in clean if (s := split(c)) != "test"]}
-        for key in ("word_sources", "babble_sources"):
-            specs = list(getattr(self.data, key))
-            if key == "word_sources" and self.data.word_stream_prob <= 0:
-                specs = []
-            roles[key] = [replace(c, split="train") for c in load_sources(specs) if split(c) == "train"]
+        specs = {"word_sources": list(self.data.word_sources) if self.data.word_stream_prob > 0 else [],
+                 "babble_sources": list(self.data.babble_sources)}  # fmt: skip
+        for key, sources in specs.items():
+            roles[key] = [replace(c, split="train") for c in load_sources(sources) if split(c) == "train"]
         roles["music_sources"] = [Clip(p, speaker=Path(p).stem, source="music", split="train")
                                   for p in noise_paths(list(self.data.music_sources))]  # fmt: skip
         return roles
