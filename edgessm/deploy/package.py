@@ -183,6 +183,8 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     (``"lm"``): ``edgessm transcribe`` decodes files with it by beam search unless told ``--lm none``."""
     from safetensors.torch import save_file
 
+    if hasattr(net, "without_training_heads"):  # e.g. a recognizer's distillation head: not shipped
+        desc = {**desc, "config": {**desc["config"], **net.without_training_heads()}}
     k_max = getattr(net, "k_max", None)
     if lm is not None and desc["network"] != "asr":
         raise ValueError(f"--lm is for recognizers; this is a {desc['network']} model")

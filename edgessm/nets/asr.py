@@ -47,6 +47,7 @@ class CtcRecognizerConfig(FrontOptions, BlockOptions):
     n_sub: int = 4
     dropout: float = 0.0
     pre_conv: int = 0
+    distill_dim: int = 0  # > 0: a training-only linear head to the teacher's frames (edgessm.train.distill)
 
 
 def recognizer_encoder(cfg: CtcRecognizerConfig) -> StreamSequential:
@@ -94,6 +95,7 @@ class CtcRecognizer(ElasticBudget, nn.Module):
         c = cfg.channels[-1]
         self.hidden = nn.Conv1d(c, cfg.head_hidden, 1) if cfg.head_hidden > 0 else None
         self.classifier = nn.Conv1d(cfg.head_hidden or c, cfg.vocab_size, 1)
+        self.distill = nn.Conv1d(c, cfg.distill_dim, 1) if cfg.distill_dim > 0 else None
 
     @property
     def stride(self) -> int:
@@ -109,9 +111,21 @@ class CtcRecognizer(ElasticBudget, nn.Module):
             h = F.silu(self.hidden(h))
         return self.classifier(h)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, distill: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """CTC logits ``(B, vocab, F)``; with ``distill`` also the teacher-frame predictions ``(B, distill_dim, F)``."""
         t = x.shape[-1] - x.shape[-1] % self.stride
-        return self.head(self.encoder(x[..., :t]))
+        h = self.encoder(x[..., :t])
+        if not distill:
+            return self.head(h)
+        if self.distill is None:
+            raise ValueError("this recognizer has no distillation head (config distill_dim = 0)")
+        return self.head(h), self.distill(h)
+
+    def without_training_heads(self) -> dict[str, int]:
+        """Drop the training-only distillation head (before export); returns the config change to record."""
+        self.distill = None
+        self.cfg.distill_dim = 0
+        return {"distill_dim": 0}
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(f"encoder.{n}", s) for n, s in self.encoder.state_shapes()]

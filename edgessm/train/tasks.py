@@ -45,6 +45,7 @@ from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords, stream_
 from edgessm.nets import build_network
 
 from .config import TrainConfig
+from .distill import TEACHER_DIM, Placement, TeacherFeatures, distill_loss, stack_targets, teacher_targets
 from .losses import erb_spectral_loss, multires_spectral_loss, si_sdr
 from .sampler import item_rng
 
@@ -883,6 +884,10 @@ class AsrData:
     # present must match one. A source's weight is split evenly over its utterances, so a large synthetic
     # corpus no longer drowns a small real one. Empty: every utterance equally likely.
     source_weights: dict[str, float] = field(default_factory=dict)
+    # Frame-level distillation from the teacher's encoder (edgessm.train.distill): the weight of its loss
+    # beside CTC (0: off) and how far back (seconds, a multiple of 20 ms) the causal student's frame predicts.
+    distill_weight: float = 0.0
+    distill_lag_s: float = 0.08
 
 
 def source_draw_weights(sources: list[str], weights: dict[str, float]) -> np.ndarray:
@@ -929,10 +934,16 @@ class CtcTask(Task):
         self.warmup = round(self.data.warmup_s * SAMPLE_RATE)
         if self.warmup < 0 or self.warmup % 320:
             raise ValueError(f"[data] warmup_s={self.data.warmup_s} must be >= 0 and a multiple of 0.02 s")
+        lag = self.data.distill_lag_s / 0.02
+        if self.data.distill_weight < 0 or lag < 0 or abs(lag - round(lag)) > 1e-6:
+            raise ValueError("[data] distill_weight must be >= 0 and distill_lag_s a multiple of 0.02 s >= 0")
+        self.distill_lag = round(lag)
+        self.teacher: TeacherFeatures | None = None
         self._prepared = False
 
     def model_config(self) -> dict[str, Any]:
-        return {**self.cfg.model, "vocab_size": len(self.tok)}
+        cfg = {**self.cfg.model, "vocab_size": len(self.tok)}
+        return {**cfg, "distill_dim": TEACHER_DIM} if self.data.distill_weight > 0 else cfg
 
     def describe(self) -> dict[str, Any]:
         desc = {**super().describe(), "labels": list(self.tok.chars)}
@@ -985,10 +996,15 @@ class CtcTask(Task):
         self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
         self.augment = build_augment(self.cfg.augment, self.noises)
         self._val = self._validation_items()
+        if self.data.distill_weight > 0:
+            train = self.pool["train"]["sentence"] + self.pool["train"]["word"]
+            self.teacher = TeacherFeatures.for_store(self.store, train, [c.path for c in self.clips])
+            if self.teacher.dim != TEACHER_DIM:
+                raise ValueError(f"the teacher's frames have {self.teacher.dim} dimensions, expected {TEACHER_DIM}")
         self._prepared = True
 
-    def _compose(self, split: str, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, str]:
-        """One utterance of ``kind`` from ``split``: ``(audio, transcript)``."""
+    def _compose(self, split: str, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, str, list[Placement]]:
+        """One utterance of ``kind`` from ``split``: ``(audio, transcript, where its stored utterances sit)``."""
         pool = self.pool[split]
         if kind == "sentence" and not pool["sentence"]:
             kind = "word"
@@ -1001,22 +1017,26 @@ class CtcTask(Task):
 
         if kind != "sequence":
             i = draw(kind)
-            return self.store[i], self.clips[i].text
+            x = self.store[i]
+            return x, self.clips[i].text, [Placement(i, 0, 0, len(x))]
         n = int(rng.integers(2, max(2, self.data.max_sequence) + 1))
         parts: list[np.ndarray] = []
         words: list[str] = []
+        placed: list[Placement] = []
         lo, hi = self.data.pause_s
         length = 0
         for _ in range(n):
             i = draw("word")
             pause = np.zeros(int(SAMPLE_RATE * rng.uniform(lo, hi)) if parts else 0, np.float32)
-            word = speech_span(self.store[i], -30.0, margin=800, abs_floor=1e-4)
-            if parts and length + len(pause) + len(word) > self.data.max_samples:
+            x = self.store[i]
+            start, end = speech_bounds(x, -30.0, margin=800, abs_floor=1e-4)
+            if parts and length + len(pause) + end - start > self.data.max_samples:
                 break  # never longer than an utterance may be
-            parts += [pause, word]
+            parts += [pause, x[start:end]]
             words.append(self.clips[i].text)
-            length += len(pause) + len(word)
-        return np.concatenate(parts), " ".join(words)
+            placed.append(Placement(i, length + len(pause), start, end - start))
+            length += len(pause) + end - start
+        return np.concatenate(parts), " ".join(words), placed
 
     def _validation_items(self) -> list[tuple[str, np.ndarray, str]]:
         """Fixed validation examples: ``(kind, audio, transcript)``, ``val_items`` of each kind."""
@@ -1029,7 +1049,7 @@ class CtcTask(Task):
             if kind == "sequence" and not pool["word"]:
                 continue
             for _ in range(self.data.val_items):
-                x, text = self._compose("validation", kind, rng)
+                x, text, _ = self._compose("validation", kind, rng)
                 items.append((kind, self._warm(x), text))
         return items
 
@@ -1037,11 +1057,15 @@ class CtcTask(Task):
         if rng is None:  # no seed: a deterministic draw (tests, inspection)
             rng = np.random.default_rng(index)
         kind = self.KINDS[int(rng.choice(3, p=self.weights))]
-        x, text = self._compose("train", kind, rng)
+        x, text, placed = self._compose("train", kind, rng)
         x = self._warm(x)
         if self.augment is not None:
             x = self.augment(x, rng)
-        return {"audio": np.asarray(x, np.float32), "tokens": self.tok.encode(text), "text": text}
+        item = {"audio": np.asarray(x, np.float32), "tokens": self.tok.encode(text), "text": text}
+        if self.teacher is not None:  # targets of the clean utterances, after the warm-up silence
+            placed = [replace(p, out_start=p.out_start + self.warmup) for p in placed]
+            item["teacher"], item["teacher_mask"] = teacher_targets(placed, len(x) // 320, self.teacher)
+        return item
 
     def collate(self, items):
         stride = 320
@@ -1051,13 +1075,16 @@ class CtcTask(Task):
         for i, it in enumerate(items):
             audio[i, 0, : len(it["audio"])] = torch.as_tensor(it["audio"])
         tokens = torch.cat([torch.as_tensor(it["tokens"], dtype=torch.long) for it in items])
-        return {
+        batch = {
             "audio": audio,
             "audio_lengths": torch.tensor([len(it["audio"]) for it in items]),
             "tokens": tokens,
             "token_lengths": torch.tensor([len(it["tokens"]) for it in items]),
             "texts": [it["text"] for it in items],
         }
+        if all("teacher" in it for it in items):
+            batch["teacher"], batch["teacher_mask"] = stack_targets(items, n // stride)
+        return batch
 
     def train_set(self):
         self._prepare()
@@ -1073,13 +1100,18 @@ class CtcTask(Task):
         return getattr(model, "stride", getattr(getattr(model, "_orig_mod", None), "stride", 320))
 
     def loss(self, net, batch, progress):
-        logits = net(batch["audio"]).float()  # (B, V, F)
+        distill = "teacher" in batch
+        out = net(batch["audio"], distill=True) if distill else net(batch["audio"])
+        logits = (out[0] if distill else out).float()  # (B, V, F)
         stride = self._stride(net)
         skip = self.warmup // stride  # the warm-up frames are not scored
         logp = logits[..., skip:].log_softmax(1).permute(2, 0, 1)  # (F, B, V)
         frames = torch.clamp(batch["audio_lengths"] // stride - skip, max=logp.shape[0])
         loss = F.ctc_loss(logp, batch["tokens"], frames, batch["token_lengths"], blank=0, zero_infinity=True)
-        return loss, {}
+        if not distill:
+            return loss, {}
+        kd = distill_loss(out[1], batch["teacher"], batch["teacher_mask"], self.distill_lag)
+        return loss + self.data.distill_weight * kd, {"ctc": loss.detach(), "distill": kd.detach()}
 
     def evaluate(self, model, device, max_batches=0):
         """Greedy-decoded WER per kind (``wer_sentence``, ``wer_word``, ``wer_sequence``), overall WER and

@@ -435,7 +435,8 @@ class Trainer:
         self._barrier()
         return metrics
 
-    def _mean(self, value: float) -> float:
+    def _mean(self, value: float | Tensor) -> float:
+        value = float(value)  # a loss part may stay a tensor until it is logged (no host sync per step)
         if self.world == 1:
             return value
         t = torch.tensor([value], dtype=torch.float64, device=self.device)

@@ -1,0 +1,211 @@
+"""Frame-level distillation from the teacher's encoder (edgessm.train.distill): cached frames, their
+placement in composed examples, the loss, the recognizer's training-only head and its removal at export."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgessm.train import distill
+from edgessm.train.distill import HOP, Placement, TeacherFeatures, distill_loss, teacher_targets
+
+
+class _Store:
+    """An audio store of clips of given lengths (samples)."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.clips = [np.full(n, 0.01 * (k + 1), np.float32) for k, n in enumerate(lengths)]
+
+    def length(self, i: int) -> int:
+        return len(self.clips[i])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.clips[i]
+
+
+def _encode(clips) -> list[np.ndarray]:
+    """Frame j of a clip: every dimension says (clip level, j): checkable after standardisation."""
+    out = []
+    for x in clips:
+        n = distill.frame_count(len(x))
+        f = np.zeros((n, 4), np.float32)
+        f[:, 0] = float(x[0]) * 100
+        f[:, 1] = np.arange(n)
+        f[:, 2:] = np.random.default_rng(n).normal(size=(n, 2))
+        out.append(f)
+    return out
+
+
+def _features(tmp_path, lengths=(16000, 8000, 4800), indices=(0, 2)) -> TeacherFeatures:
+    paths = [f"clip{k}.wav" for k in range(len(lengths))]
+    return TeacherFeatures.for_store(_Store(list(lengths)), list(indices), paths, encode=_encode, teacher_id="fake",
+                                     cache_dir=tmp_path, progress=False)  # fmt: skip
+
+
+def _raw(tf: TeacherFeatures, i: int) -> np.ndarray:
+    return tf.get(i) * tf.std + tf.mean
+
+
+def test_frames_are_computed_once_and_cached_by_utterances_and_teacher(tmp_path) -> None:
+    tf = _features(tmp_path)
+    assert tf.dim == 4 and 0 in tf and 2 in tf and 1 not in tf
+    assert len(tf.get(0)) == 50 and len(tf.get(2)) == 15  # one frame per started 20 ms
+    np.testing.assert_allclose(_raw(tf, 0)[:, 1], np.arange(50), atol=0.05)
+    np.testing.assert_allclose(_raw(tf, 2)[:, 0], 3.0, atol=0.01)
+    # standardised per dimension over every frame
+    every = np.concatenate([tf.get(0), tf.get(2)])
+    np.testing.assert_allclose(every.mean(0), 0, atol=1e-3)
+
+    def refuse(clips):
+        raise AssertionError("the cache should have answered")
+
+    again = TeacherFeatures.for_store(_Store([16000, 8000, 4800]), [2, 0], [f"clip{k}.wav" for k in range(3)],
+                                      encode=refuse, teacher_id="fake", cache_dir=tmp_path, progress=False)  # fmt: skip
+    np.testing.assert_array_equal(again.get(2), tf.get(2))
+    # another teacher or other utterances: another cache entry
+    other = _features(tmp_path, indices=(0,))
+    assert other.folder != tf.folder and 2 not in other
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_teacher_with_the_wrong_frame_count_is_refused(tmp_path) -> None:
+    def short(clips):
+        return [f[:-1] for f in _encode(clips)]
+
+    with pytest.raises(ValueError, match="frame count"):
+        TeacherFeatures.for_store(_Store([16000]), [0], ["a.wav"], encode=short, teacher_id="x", cache_dir=tmp_path,
+                                  progress=False)  # fmt: skip
+    assert not (list(tmp_path.glob("*/info.json")))
+
+
+def test_targets_follow_each_placed_utterance_and_mask_pauses(tmp_path) -> None:
+    tf = _features(tmp_path)
+    warm = 30 * HOP
+    # a whole utterance after 0.6 s of warm-up silence
+    t, m = teacher_targets([Placement(0, warm, 0, 16000)], 90, tf)
+    assert not m[:30].any() and m[30:80].all() and not m[80:].any()
+    np.testing.assert_array_equal(t[30:80], tf.get(0))
+    # a sequence: 0.1 s of clip 2 from its sample 1600, a pause, 0.25 s of clip 0 from its sample 3200;
+    # an utterance without teacher frames (clip 1) stays masked
+    parts = [Placement(2, 0, 1600, 1600), Placement(1, 1600, 0, 3200), Placement(0, 8000, 3200, 4000)]
+    t, m = teacher_targets(parts, 40, tf)
+    assert m[:5].all() and not m[5:25].any() and m[25:37].all() and not m[38:].any()
+    np.testing.assert_allclose(_raw(tf, 2)[5:10], (t[:5] * tf.std + tf.mean), atol=1e-2)  # 1600/320 = 5 frames in
+    j = (np.arange(25, 37) * HOP + HOP // 2 - 8000 + 3200) // HOP
+    np.testing.assert_allclose((t[25:37] * tf.std + tf.mean)[:, 1], j, atol=0.05)
+
+
+def test_the_loss_scores_frame_f_against_the_teacher_frame_lag_back_where_masked_in() -> None:
+    torch.manual_seed(0)
+    target = torch.randn(2, 20, 8)
+    mask = torch.ones(2, 20, dtype=torch.bool)
+    lag = 3
+    pred = torch.zeros(2, 8, 20)
+    pred[..., lag:] = target[:, : 20 - lag].transpose(1, 2)
+    floor = -torch.nn.functional.logsigmoid(torch.tensor(1.0))  # perfect prediction: L1 0, cosine 1
+    assert distill_loss(pred, target, mask, lag).item() == pytest.approx(floor.item(), abs=1e-5)
+    assert distill_loss(pred, target, mask, 0).item() > floor.item() + 0.5
+    # frames whose teacher frame is masked out do not count
+    wrong = pred.clone()
+    wrong[0, :, 10] += 5.0
+    mask2 = mask.clone()
+    mask2[0, 10 - lag] = False
+    assert distill_loss(wrong, target, mask2, lag).item() == pytest.approx(floor.item(), abs=1e-5)
+    assert distill_loss(wrong, target, mask, lag).item() > floor.item()
+    # nothing to score: 0, with a gradient
+    none = distill_loss(pred.requires_grad_(), target, torch.zeros_like(mask), lag)
+    assert none.item() == 0.0
+    none.backward()
+
+
+def _recognizer(distill_dim: int):
+    from edgessm.nets.asr import CtcRecognizer, CtcRecognizerConfig
+
+    cfg = CtcRecognizerConfig(channels=[8, 16], states=[4, 8], kinds=["full", "pointwise"], pools=[40, 8],
+                              distill_dim=distill_dim)  # fmt: skip
+    return CtcRecognizer(cfg), cfg
+
+
+def test_the_recognizer_predicts_teacher_frames_only_when_asked() -> None:
+    net, _ = _recognizer(6)
+    x = torch.randn(2, 1, 320 * 7)
+    logits, pred = net(x, distill=True)
+    assert logits.shape == (2, 29, 7) and pred.shape == (2, 6, 7)
+    torch.testing.assert_close(net(x), logits)
+    plain, _ = _recognizer(0)
+    with pytest.raises(ValueError, match="distillation head"):
+        plain(x, distill=True)
+
+
+def test_export_leaves_the_distillation_head_out(tmp_path) -> None:
+    from dataclasses import asdict
+
+    from safetensors.torch import load_file
+
+    from edgessm.deploy import package as pkg
+    from edgessm.deploy.load import load_trained
+
+    net, cfg = _recognizer(6)
+    desc = {"network": "asr", "config": asdict(cfg), "labels": []}
+    pkg.package(net.eval(), desc, tmp_path / "r", "r", 320, verify_audio=[np.zeros(320 * 10, np.float32)])
+    saved = json.loads((tmp_path / "r" / "model.json").read_text())
+    assert saved["config"]["distill_dim"] == 0
+    assert not [k for k in load_file(str(tmp_path / "r" / "model.safetensors")) if k.startswith("distill")]
+    loaded, _ = load_trained(tmp_path / "r")
+    x = torch.randn(1, 1, 320 * 5)
+    torch.testing.assert_close(loaded(x), net(x))
+
+
+def test_a_recipe_with_distillation_trains_on_ctc_plus_teacher_frames(tmp_path, monkeypatch) -> None:
+    """``[data] distill_weight``: every training example carries the teacher frames of its clean utterances
+    (after the warm-up silence), and the loss logs both parts."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.config import TrainConfig
+    from edgessm.train.tasks import build_task
+    from edgessm.train.trainer import Trainer
+
+    def fake_teacher(model_dir=None):
+        def encode(clips):
+            return [np.tile(_encode([x])[0][:, :2], (1, 192)) for x in clips]  # 384 dimensions like Whisper tiny
+
+        return encode, "fake-384"
+
+    monkeypatch.setattr(distill, "whisper_encoder", fake_teacher)
+    clips = []
+    for i, (text, split) in enumerate(
+        [("go", "train"), ("stop", "train"), ("go on now", "train"), ("up", "validation")]
+    ):
+        x = np.zeros(16000 * (2 if " " in text else 1), np.float32)
+        x[3200:-3200] = 0.3 * np.sin(np.arange(len(x) - 6400) * 0.2 * (i + 1))
+        write_audio(tmp_path / f"{i}.wav", x, 16000)
+        clips.append(Clip(str(tmp_path / f"{i}.wav"), speaker=f"s{i}", text=text, split=split))
+    write_manifest(tmp_path / "m.csv", clips)
+    cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4, 8], "states": [4, 8],
+                                 "kinds": ["full", "pointwise"], "pools": [40, 8]},
+                                 "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "warmup_s": 0.2,
+                                          "distill_weight": 0.5, "distill_lag_s": 0.04, "val_items": 2},
+                                 "train": {"steps": 6, "batch_size": 2, "eval_every": 6, "log_every": 1,
+                                           "workers": 0}})  # fmt: skip
+    task = build_task(cfg)
+    assert task.model_config()["distill_dim"] == 384 and task.distill_lag == 2
+    items = [task.train_set()[(i, i)] for i in range(12)]
+    for it in items:
+        mask = it["teacher_mask"]
+        assert len(mask) == len(it["audio"]) // HOP and not mask[:10].any()  # 0.2 s warm-up: no target
+        assert mask.any()
+    batch = task.collate(items[:3])
+    assert batch["teacher"].shape == (3, batch["audio"].shape[-1] // HOP, 384)
+    Trainer(cfg, tmp_path / "run", device="cpu", progress=False).fit()
+    with open(tmp_path / "run" / "log.csv") as f:
+        parts = [r for r in csv.DictReader(f) if r.get("distill")]
+    assert len(parts) == 6 and all(float(r["distill"]) > 0 and float(r["ctc"]) > 0 for r in parts)
+    # the run keeps its head (to --init from it); edgessm export leaves it out (test above)
+    assert json.loads((tmp_path / "run" / "model.json").read_text())["config"]["distill_dim"] == 384
+    with pytest.raises(ValueError, match="distill_lag_s"):
+        build_task(TrainConfig.from_dict({**cfg.to_dict(), "data": {**cfg.data, "distill_lag_s": 0.03}}))
