@@ -14,8 +14,8 @@ standardised per dimension and ``d`` a lag in frames: the student is causal, the
 utterance, so frame ``f`` predicts the teacher's frame ``d`` frames back. Targets come from the *clean*
 utterance while the student hears it with noise and reverberation (so the head also learns to denoise).
 
-The teacher's frames of every training utterance are computed once (~15 ms per second of audio on two
-cores, batched) and kept on disk beside the decoded audio store, keyed by the utterances and the teacher.
+The teacher's frames of every training utterance are computed once (16 h of audio in ~6 min on two cores,
+batched) and kept on disk under ``cache_dir()/teacher``, keyed by the utterances and the teacher.
 """
 
 from __future__ import annotations
@@ -42,7 +42,10 @@ TEACHER_DIM = 384  # Whisper tiny.en's encoder width
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("EDGESSM_CACHE", "~/.cache/edgessm")).expanduser() / "teacher"
+    """``cache_dir()/teacher`` (``$EDGESSM_CACHE`` or ``~/.cache/edgessm``)."""
+    from edgessm.data.corpora import cache_dir
+
+    return cache_dir() / "teacher"
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ class TeacherFeatures:
         """The teacher's frames of ``store[i]`` for every ``i`` in ``indices`` (``paths[i]`` names them for the
         cache key): loaded from the cache, or computed by ``encode`` (default: Whisper's encoder,
         :func:`whisper_encoder`) with a progress bar, and cached."""
-        if encode is None:
+        if encode is None:  # Whisper, loaded only if the frames are not cached yet
             encode, teacher_id = whisper_encoder()
         indices = sorted(set(int(i) for i in indices))
         lengths = [store.length(i) for i in indices]
@@ -115,11 +118,17 @@ Encoder = Callable[[Sequence[np.ndarray]], list[np.ndarray]]  # clips -> [(frame
 
 def whisper_encoder(model_dir: str | None = None) -> tuple[Encoder, str]:
     """``(encode, teacher id)`` for :meth:`TeacherFeatures.for_store`: Whisper tiny.en's encoder
-    (:func:`teacher_frames`); raises :class:`edgessm.data.teacher.TeacherError` when it is not installed."""
-    from edgessm.data.teacher import WhisperTeacher
+    (:func:`teacher_frames`), loaded at its first call; raises :class:`edgessm.data.teacher.TeacherError`
+    when it is not installed."""
+    from edgessm.data.teacher import WhisperTeacher, default_model_dir
 
-    teacher = WhisperTeacher(model_dir, threads=min(4, os.cpu_count() or 1))
-    return functools.partial(teacher_frames, teacher), f"{Path(teacher.model_dir).name}-tiny.en"
+    path = Path(model_dir).expanduser() if model_dir is not None else default_model_dir()
+
+    @functools.cache
+    def teacher() -> WhisperTeacher:
+        return WhisperTeacher(path, threads=min(4, os.cpu_count() or 1))
+
+    return (lambda clips: teacher_frames(teacher(), clips)), f"{path.name}-tiny.en"
 
 
 def teacher_frames(teacher, clips: Sequence[np.ndarray]) -> list[np.ndarray]:

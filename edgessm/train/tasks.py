@@ -45,7 +45,7 @@ from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords, stream_
 from edgessm.nets import build_network
 
 from .config import TrainConfig
-from .distill import TEACHER_DIM, Placement, TeacherFeatures, distill_loss, stack_targets, teacher_targets
+from .distill import HOP, TEACHER_DIM, Placement, TeacherFeatures, distill_loss, stack_targets, teacher_targets
 from .losses import erb_spectral_loss, multires_spectral_loss, si_sdr
 from .sampler import item_rng
 
@@ -1064,7 +1064,7 @@ class CtcTask(Task):
         item = {"audio": np.asarray(x, np.float32), "tokens": self.tok.encode(text), "text": text}
         if self.teacher is not None:  # targets of the clean utterances, after the warm-up silence
             placed = [replace(p, out_start=p.out_start + self.warmup) for p in placed]
-            item["teacher"], item["teacher_mask"] = teacher_targets(placed, len(x) // 320, self.teacher)
+            item["teacher"], item["teacher_mask"] = teacher_targets(placed, len(x) // HOP, self.teacher)
         return item
 
     def collate(self, items):
