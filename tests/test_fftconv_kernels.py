@@ -190,6 +190,38 @@ def test_measured_plan_times_every_order_once_and_caches_the_fastest(monkeypatch
     assert len(calls) == 2 * len(fftconv.PLANS)
 
 
+def test_measured_plan_times_natural_freq_with_and_without_the_fused_contraction(monkeypatch) -> None:
+    """Where the fused contraction may run, natural-freq is a candidate twice (the H100 measured the fused one
+    4x slower at some sizes): an unfused win is kept, and that plan then never calls the fused kernel."""
+    from edgessm.ssm import fftconv, fused
+
+    monkeypatch.setattr(fftconv, "MEASURED", {})
+    monkeypatch.setattr(fftconv, "_fused", lambda t: True)
+    calls, fused_calls = [], []
+
+    def timer(plan, *args):
+        calls.append(plan.name)
+        return 1.0 if plan == fftconv.UNFUSED else 2.0
+
+    got = fftconv.measured_plan(8, 4, 6, 16, 100, timer=timer)
+    assert got == fftconv.UNFUSED and got.name == "natural-freq-unfused"
+    assert sorted(calls) == sorted([p.name for p in fftconv.PLANS] + ["natural-freq-unfused"])
+
+    def fake(uf, kf, b, c):
+        fused_calls.append(1)
+        return fftconv._project_complex(fftconv._project_complex(uf, b) * kf, c)
+
+    monkeypatch.setattr(fused, "project_convolve", fake, raising=False)
+    torch.manual_seed(0)
+    u, k, b, c = torch.randn(2, 4, 30), torch.randn(5, 30), torch.randn(5, 4), torch.randn(3, 5)
+    y_fused = fftconv.bottleneck_conv(u, k, b, c, fftconv.Plan("natural", "freq"))
+    assert fused_calls == [1]
+    y_unfused = fftconv.bottleneck_conv(u, k, b, c, fftconv.UNFUSED)
+    assert fused_calls == [1] and torch.allclose(y_fused, y_unfused, atol=1e-5)
+    ref = fftconv.bottleneck_conv(u, k, b, c, fftconv.Plan("natural", "time"))
+    assert torch.allclose(y_unfused, ref, atol=1e-4)
+
+
 def test_blocks_measure_their_plan_when_asked_and_keep_the_rule_on_cpu(monkeypatch) -> None:
     """plan='measure' times the four orders on this CPU (real timings) and computes the same function;
     'auto' on a CPU is the paper's rule and measures nothing."""

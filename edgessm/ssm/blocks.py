@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .discretize import DiagonalModes, auditory_modes, dt_grid, powers, s4d_imag
-from .fftconv import PLANS, Plan, bottleneck_conv, causal_conv, cheapest_plan, measured_plan, plan_bottleneck
+from .fftconv import PLANS, UNFUSED, Plan, bottleneck_conv, causal_conv, cheapest_plan, measured_plan, plan_bottleneck
 from .kernels import modal_kernel
 from .precision import float32_island
 from .stream import Counts, State, Streamable, causal_toeplitz
@@ -448,12 +448,11 @@ class _ProjectedSSM(SSMLayer):
             return plan_bottleneck(batch, self.h_in, self.h_out, self.n_states)
         if self.plan == "flops":
             return cheapest_plan(batch, self.h_in, self.h_out, self.n_states, length)
-        for p in PLANS:
+        for p in (*PLANS, UNFUSED):
             if p.name == self.plan:
                 return p
-        raise ValueError(
-            f"unknown plan {self.plan!r}; use 'auto', 'measure', 'flops' or one of {[p.name for p in PLANS]}"
-        )
+        names = [p.name for p in (*PLANS, UNFUSED)]
+        raise ValueError(f"unknown plan {self.plan!r}; use 'auto', 'measure', 'flops' or one of {names}")
 
     @float32_island
     def forward(self, u: Tensor) -> Tensor:

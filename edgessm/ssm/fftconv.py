@@ -120,13 +120,17 @@ class Plan:
 
     order: Order
     side: Side
+    fused: bool | None = None  # natural-freq only: None = the fused contraction wherever it may run, False = never
 
     @property
     def name(self) -> str:
-        return f"{self.order}-{self.side}"
+        return f"{self.order}-{self.side}" + ("-unfused" if self.fused is False else "")
 
 
 PLANS = (Plan("natural", "time"), Plan("natural", "freq"), Plan("full", "time"), Plan("full", "freq"))
+# On a GPU the fused contraction is not always the faster (H100, session 24: 4x slower at B 64, H 128, N 64,
+# H' 128, F 1001; 12% slower but half the memory at App. C's size), so the measured planner times both.
+UNFUSED = Plan("natural", "freq", fused=False)
 
 
 def plan_bottleneck(batch: int, h_in: int, h_out: int, n: int) -> Plan:
@@ -241,13 +245,15 @@ def measured_plan(
 ) -> Plan:
     """The fastest of :data:`PLANS` for these sizes, timed once (:func:`time_plan`) and then cached in
     :data:`MEASURED`: on a GPU the FLOP model is a poor guide (launch-bound sizes, cuFFT's sizes; issue 34),
-    so the blocks measure there. While ``torch.compile`` traces, an unmeasured shape gets the paper's rule."""
+    so the blocks measure there. Where the fused contraction may run, natural-freq is timed with and
+    without it (:data:`UNFUSED`). While ``torch.compile`` traces, an unmeasured shape gets the paper's rule."""
     key = (batch, h_in, h_out, n, length, kernel_length or length, str(torch.device(device)), dtype, backward)
     if key not in MEASURED:
         if torch.compiler.is_compiling():
             return plan_bottleneck(batch, h_in, h_out, n)
         args = (batch, h_in, h_out, n, length, kernel_length, device, dtype, backward)
-        MEASURED[key] = min(PLANS, key=lambda p: timer(p, *args))
+        candidates = PLANS + ((UNFUSED,) if _fused(torch.empty(0, device=device)) else ())
+        MEASURED[key] = min(candidates, key=lambda p: timer(p, *args))
     return MEASURED[key]
 
 
@@ -279,7 +285,8 @@ def bottleneck_conv(u: Tensor, k: Tensor, b_bar: Tensor, c: Tensor, plan: Plan) 
         return torch.einsum("bnt,jn->bjt", x, c)
     if plan.order == "natural":
         uf, kf = _rfft(u, n_fft), _rfft(k, n_fft)
-        if _fused(uf.real):  # one kernel, the (B, N, F) intermediate never in memory (issue 34)
+        # fused: one kernel, the (B, N, F) intermediate never in memory (issue 34)
+        if plan.fused is not False and _fused(uf.real):
             from . import fused
 
             return _irfft(fused.project_convolve(uf, kf, b_bar, c), n_fft, length)
