@@ -890,6 +890,28 @@ def test_frame_targets_mark_context_negatives_and_post_word_frames() -> None:
     assert frame_targets(late, labels, 200, 8)[1][0].tolist() == [0] * 7 + [1]  # the last frame always counts
 
 
+def test_frame_targets_and_the_kws_loss_never_read_the_device(sc_folder: Path) -> None:
+    """No host sync in a training step (issue 34): the frame targets are built where the batch is (a batch on
+    the meta device cannot be read by the host at all), and the loss parts stay tensors until a log step."""
+    from edgessm.train.tasks import build_task, frame_targets
+
+    labels = ["yes", "no", "_unknown_", "_silence_"]
+    batch = {"audio": torch.zeros(3, 1, 1600), "label": torch.tensor([0, 2, 3]), "context": torch.tensor([400] * 3),
+             "positive_from": torch.tensor([1000, 0, 0]), "unsupervised": torch.tensor([[0, 0]] * 3)}  # fmt: skip
+    bg, pos = frame_targets({k: v.to("meta") for k, v in batch.items()}, labels, stride=200, n_frames=8)
+    assert bg.device.type == pos.device.type == "meta" and bg.shape == pos.shape == (3, 8)
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "context_samples": 2000, "frame_loss": 1.0}
+    task = build_task(cfg)
+    ds = task.train_set()
+    net = task.build_model()
+    items = task.collate([ds[(i, i)] for i in range(4)])
+    loss, parts = task.loss(net, items, 0.0)
+    assert loss.requires_grad and torch.isfinite(loss)
+    assert set(parts) == {"acc", "bg_loss", "pos_loss", "bg_fire"}
+    assert all(torch.is_tensor(v) and v.dim() == 0 and not v.requires_grad for v in parts.values())
+
+
 def test_frame_supervised_training_learns_and_logs_its_terms(sc_folder: Path, tmp_path: Path) -> None:
     cfg = kws_config(sc_folder, steps=30)
     cfg.data.update(context_samples=4096, frame_loss=1.0, frame_tolerance_s=0.1)

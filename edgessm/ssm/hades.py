@@ -239,12 +239,13 @@ def _diversity(y: Tensor) -> Tensor:
     return ((gram - eye) ** 2).mean()
 
 
-def auxiliary_loss(model: nn.Module) -> tuple[Tensor | None, dict[str, float]]:
+def auxiliary_loss(model: nn.Module) -> tuple[Tensor | None, dict[str, Tensor]]:
     """The weighted training losses the blocks of ``model`` left from its last forward (HADES balance and
-    diversity), summed, and their values by name for the log; ``(None, {})`` when there are none."""
+    diversity), summed, and their detached values by name for the log (tensors: read at log steps only);
+    ``(None, {})`` when there are none."""
     total, parts = None, {}
     for module in model.modules():
         for name, value in getattr(module, "aux_losses", {}).items():
             total = value if total is None else total + value
-            parts[name] = parts.get(name, 0.0) + float(value.detach())
+            parts[name] = parts[name] + value.detach() if name in parts else value.detach()
     return total, parts

@@ -431,7 +431,7 @@ class KwsTask(Task):
             logits = net(batch["audio"])
             loss = F.cross_entropy(logits.float(), batch["label"])
             acc = (logits.argmax(-1) == batch["label"]).float().mean()
-            return loss, {"acc": float(acc)}
+            return loss, {"acc": acc}  # tensors: read at log steps only (no host sync per step)
         frames = net(batch["audio"], all_frames=True).float()  # (B, C, F)
         logits = frames[..., -1]  # the clip decision, as without frame supervision
         clip_loss = F.cross_entropy(logits, batch["label"])
@@ -445,8 +445,7 @@ class KwsTask(Task):
         loss = clip_loss + self.data.frame_loss * (bg_loss + pos_loss)
         acc = (logits.argmax(-1) == batch["label"]).float().mean()
         fires = ((bg_logp.exp() < 0.5) & (bg > 0)).float().sum() / bg.sum().clamp_min(1)
-        return loss, {"acc": float(acc), "bg_loss": float(bg_loss.detach()), "pos_loss": float(pos_loss.detach()),
-                      "bg_fire": float(fires)}  # fmt: skip
+        return loss, {"acc": acc, "bg_loss": bg_loss.detach(), "pos_loss": pos_loss.detach(), "bg_fire": fires}
 
     def evaluate(self, model, device, max_batches=0):
         self._prepare()
@@ -473,18 +472,17 @@ def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_fr
     ``batch["unsupervised"]`` ``(B, 2)`` (a previous keyword in the context, while the head still hears it).
     ``positive`` marks the frames of a keyword example from ``batch["positive_from"]`` on.
     """
-    ends = (torch.arange(n_frames) + 1) * stride  # (F,) samples heard
-    label = batch["label"].cpu()
-    negative = torch.tensor([labels[int(i)] in (UNKNOWN, SILENCE) for i in label])
-    in_context = ends[None, :] <= batch["context"].cpu()[:, None]  # (B, F)
+    device = batch["audio"].device  # all on the batch's device: no host sync in a training step
+    ends = (torch.arange(n_frames, device=device) + 1) * stride  # (F,) samples heard
+    negative = torch.tensor([c in (UNKNOWN, SILENCE) for c in labels], device=device)[batch["label"].to(device)]
+    in_context = ends[None, :] <= batch["context"].to(device)[:, None]  # (B, F)
     background = in_context | negative[:, None]
     if "unsupervised" in batch:
-        span = batch["unsupervised"].cpu()
+        span = batch["unsupervised"].to(device)
         background &= ~((ends[None, :] > span[:, :1]) & (ends[None, :] <= span[:, 1:]))
-    positive = (ends[None, :] > batch["positive_from"].cpu()[:, None]) & ~negative[:, None]
+    positive = (ends[None, :] > batch["positive_from"].to(device)[:, None]) & ~negative[:, None]
     positive[:, -1] |= ~negative  # the last frame always sees the whole clip
-    device = batch["audio"].device
-    return background.float().to(device), positive.float().to(device)
+    return background.float(), positive.float()
 
 
 def classify_dataset(
@@ -795,7 +793,7 @@ class DenoiseTask(Task):
             p = self.data.mask_power
             err = (gains.float().clamp_min(1e-6) ** p - target**p) ** 2
             mask = (err * valid).sum() / valid.sum().clamp_min(1.0)
-            parts["mask"] = float(mask.detach())
+            parts["mask"] = mask.detach()
             if self.data.df_weight:
                 if not getattr(inner, "df_bins", 0):
                     raise ValueError("data.df_weight trains a deep filter: set model.df_order > 0")
@@ -804,7 +802,7 @@ class DenoiseTask(Task):
                 df = _compressed_error(
                     spec.float(), clean_spec, inner.bins, inner.df_bins, scale, self.data.df_compress
                 )
-                parts["df"] = float(df.detach())
+                parts["df"] = df.detach()
         else:
             out = net(batch["noisy"])
         est, ref = _aligned(net, out.float() / scale, batch["clean"].float() / scale)
@@ -812,7 +810,7 @@ class DenoiseTask(Task):
         spec = erb_spectral_loss(est[:, 0], ref[:, 0])
         w = self.data.spectral_weight * min(1.0, progress)
         total = self.data.wave_weight * wave + w * spec
-        parts.update(wave=float(wave.detach()), spec=float(spec.detach()))
+        parts.update(wave=wave.detach(), spec=spec.detach())
         if self.data.mask_weight:
             total = total + self.data.mask_weight * mask
             if self.data.df_weight:
@@ -820,7 +818,7 @@ class DenoiseTask(Task):
         if self.data.mr_weight:
             mr = multires_spectral_loss(est[:, 0], ref[:, 0], self.data.mr_ffts, complex_weight=self.data.mr_complex)
             total = total + self.data.mr_weight * mr
-            parts["mr"] = float(mr.detach())
+            parts["mr"] = mr.detach()
         return total, parts
 
     def evaluate(self, model, device, max_batches=0):

@@ -298,6 +298,7 @@ class Trainer:
             generator=torch.Generator(),  # keep the global RNG (dropout) untouched by loader seeding
             worker_init_fn=_ignore_stop_signals,
             persistent_workers=False,
+            pin_memory=self.device.type == "cuda",  # page-locked batches: the copy to the GPU does not block
             prefetch_factor=4 if workers else None,
         )
 
