@@ -289,18 +289,7 @@ class Trainer:
         return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
     def _loader(self, dataset, sampler) -> torch.utils.data.DataLoader:
-        workers = self.cfg.train.workers
-        return torch.utils.data.DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            num_workers=workers,
-            collate_fn=self.task.collate,
-            generator=torch.Generator(),  # keep the global RNG (dropout) untouched by loader seeding
-            worker_init_fn=_ignore_stop_signals,
-            persistent_workers=False,
-            pin_memory=self.device.type == "cuda",  # page-locked batches: the copy to the GPU does not block
-            prefetch_factor=4 if workers else None,
-        )
+        return loader_for(self.task, dataset, sampler, self.cfg.train.workers, pin_memory=self.device.type == "cuda")
 
     def evaluate(self) -> dict[str, float]:
         """Validation metrics of the current weights (rank 0's view; ``score``: higher is better)."""
@@ -470,10 +459,33 @@ class Trainer:
         return kept
 
 
-def _ignore_stop_signals(worker_id: int) -> None:
-    """Data-loader workers leave Ctrl-C / SIGTERM to the main process, which checkpoints first."""
+def loader_for(task, dataset, sampler, workers: int, pin_memory: bool = False) -> torch.utils.data.DataLoader:
+    """The training loader: ``sampler``'s batches of ``dataset`` collated by ``task`` in ``workers`` processes
+    (:func:`_worker_setup`), four batches ahead each; ``pin_memory`` (on CUDA) so the copy to the GPU does not
+    block. ``python -m edgessm.bench loader`` measures it."""
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=workers,
+        collate_fn=task.collate,
+        generator=torch.Generator(),  # keep the global RNG (dropout) untouched by loader seeding
+        worker_init_fn=_worker_setup,
+        persistent_workers=False,
+        pin_memory=pin_memory,
+        prefetch_factor=4 if workers else None,
+    )
+
+
+def _worker_setup(worker_id: int) -> None:
+    """Data-loader workers leave Ctrl-C / SIGTERM to the main process, which checkpoints first, and run their
+    numeric libraries on one thread each (PyTorch sets its own to 1 in workers; NumPy's BLAS would otherwise
+    start a thread per core in every worker: 14 workers x 16 threads on a 16-core GPU box)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(ImportError):
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(1)
 
 
 class _Logger:
