@@ -56,7 +56,8 @@ def test_a_short_soak_reports_every_command(tmp_path, capsys) -> None:
     # both copies hear the segment's first word; what the model makes of the speech just before a copy may
     # differ (kws35 v5 hears a "no" at the start of one copy without shared data), and "same" says whether
     copies = [[k for k, _ in c] for c in listen["copies"]]
-    assert all("yes" in c for c in copies) and listen["same"] == (listen["copies"][0] == listen["copies"][1])
+    assert all("yes" in c for c in copies) and listen["same"] == (copies[0] == copies[1])  # words; times may shift
+    assert listen["same"] is False or 0 <= listen["max_time_diff_s"] < 0.5, listen
     assert set(copies[0] + copies[1]) <= {"yes", "left", "stop", "no", "up", "right", "go", "off"}  # keywords.txt
     words = report["commands"]["transcribe"]["segment"]
     assert all(isinstance(c, str) for c in words["copies"]) and isinstance(words["same"], bool)
