@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Here: build what one GPU training call carries, under .carry/ (ignored by git, kept out of commits):
+#
+#   tools/gpu/kit.sh denoise    # .carry/denoise (pack of the denoise_v3 recipe, real clean speech; ~35 MB)
+#                               #   + .carry/denoise_init.safetensors (the shipped denoiser, or INIT=...)
+#   tools/gpu/kit.sh kws        # .carry/kws (pack of kws_v7; ~50 MB) + .carry/kws_init.safetensors (kws35)
+#
+# and the wheels (tools/gpu/wheels.sh). The tree that travels is at most 64 MiB: models/ (~50 MB) does not
+# fit beside a pack; tools/gpu/README.md says how a call is made.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:?usage: tools/gpu/kit.sh denoise|kws}
+edgessm=${EDGESSM:-.venv/bin/edgessm}
+grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
+mkdir -p .carry
+[ -d .whl ] || bash tools/gpu/wheels.sh
+case "$what" in
+denoise)
+    rm -rf .carry/denoise
+    "$edgessm" pack denoise_v3 --out .carry/denoise --level 0.98 --keep sc_train_subset=0.3 --keep picovoice=0.5 \
+        --set data.music_max_s=30 --set 'data.sources=["shared:read_speech","shared:sentences_pseudolabeled"]'
+    cp "${INIT:-models/denoise/model.safetensors}" .carry/denoise_init.safetensors
+    ;;
+kws)
+    for corpus in default kokoro-words kokoro-kws; do
+        [ -f "$HOME/.cache/edgessm/synth/$corpus/manifest.jsonl" ] || [ -d "$HOME/.cache/edgessm/synth/$corpus" ] || {
+            echo "kit.sh: the synthetic corpus '$corpus' is missing (README: 'Kokoro voices and blends'," \
+                 "models/kws35/README.md says how each was made)" >&2
+            exit 1
+        }
+    done
+    rm -rf .carry/kws
+    "$edgessm" pack kws_v7 --out .carry/kws --level 0.97 --keep sc_train_subset=0.75 --keep picovoice=0.5 \
+        --keep fsdd=0.2 --keep 'synth:*=0.3' --keep 'synth:espeak-ng=0.15' --keep 'synth:kokoro*=1' \
+        --keep real_sentences_pseudolabeled=0.6 --noise-max-s 30
+    cp "${INIT:-models/kws35/model.safetensors}" .carry/kws_init.safetensors
+    ;;
+*)
+    echo "kit.sh: what is '$what'? denoise or kws" >&2
+    exit 2
+    ;;
+esac
+du -sh .carry/* .whl
