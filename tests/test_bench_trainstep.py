@@ -45,3 +45,21 @@ def test_a_misspelt_override_names_the_row_and_the_known_keys(tmp_path: Path) ->
     cfg.write_text(TINY)
     with pytest.raises(SystemExit, match=r"model.chanels=\[8,16\]: unknown denoise config keys \['chanels'\]"):
         run("trainstep", [str(cfg), "--vs", "model.chanels=[8,16]", "--repeats", "1"])
+
+
+@pytest.mark.slow  # inductor compiles the tiny network for ~1-2 min on this CPU
+def test_a_compiled_row_times_the_compiled_network(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "ts.json"
+    args = [str(cfg), "--vs", "train.compile=reduce-overhead", "--repeats", "1", "--json", str(out)]
+    assert run("trainstep", args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[1]["label"] == "train.compile=reduce-overhead" and rows[1]["median_s"] > 0
+
+
+def test_a_compile_mode_that_does_not_exist_names_the_row(tmp_path: Path) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    with pytest.raises(SystemExit, match=r"train.compile=fast: train.compile = 'fast'"):
+        run("trainstep", [str(cfg), "--vs", "train.compile=fast", "--repeats", "1"])

@@ -511,6 +511,23 @@ def test_config_overrides_and_errors(tmp_path: Path) -> None:
         load_config("no-such-config")
 
 
+def test_compile_takes_a_mode_and_the_trainer_passes_it_on(sc_folder: Path, tmp_path: Path, monkeypatch) -> None:
+    def settings(value):
+        return TrainConfig.from_dict({"task": "kws", "train": {"compile": value}}).train.compile
+
+    assert [settings(v) for v in (True, False, "off", "reduce-overhead")] == [
+        "default", False, False, "reduce-overhead"]  # fmt: skip
+    assert apply_overrides({"task": "kws"}, ["train.compile=max-autotune"])["train"]["compile"] == "max-autotune"
+    with pytest.raises(ValueError, match=r"train.compile = 'fast': use true/false or one of default, reduce-overhead"):
+        settings("fast")
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda net, mode: seen.append(mode) or net)
+    cfg = kws_config(sc_folder, steps=1)
+    cfg.train.compile = "reduce-overhead"
+    Trainer(cfg, tmp_path / "run", device="cpu", progress=False)
+    assert seen == ["reduce-overhead"]
+
+
 def test_sc_test_set_cannot_be_trained_on() -> None:
     from edgessm.train.tasks import load_sources
 

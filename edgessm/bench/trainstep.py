@@ -3,6 +3,7 @@
     python -m edgessm.bench trainstep denoise
     python -m edgessm.bench trainstep denoise --vs "model.channels=[16,32,64,96,128,256]"
     python -m edgessm.bench trainstep asr --vs "model.full_init=s4d" --batch 8 --seconds 4
+    python -m edgessm.bench trainstep kws_v7 --device cuda --batch 256 --vs train.compile=reduce-overhead
 
 Each row builds the recipe's network (with the row's ``--set``-style overrides), feeds random audio of
 the recipe's batch and segment length and times forward + backward + AdamW step. Rows are timed in
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from edgessm.train.allocator import keep_freed_memory
-from edgessm.train.config import load_config
+from edgessm.train.config import compile_mode, load_config
 from edgessm.train.tasks import build_task
 
 # the input length of a training example, per task: its config field, or a default in samples
@@ -64,6 +65,9 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
     samples = max(stride, samples - samples % stride)
     counts = net.counts()
     net = net.to(device)
+    mode = compile_mode(cfg.train.compile)
+    if mode:  # a row with train.compile=MODE times the compiled network (compilation in the warm-up step)
+        net = torch.compile(net, mode=mode)
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.amp) if device.type == "cuda" else None
     x = 0.05 * torch.randn(batch or cfg.train.batch_size, 1, samples, generator=torch.Generator().manual_seed(0))
     return {
@@ -72,6 +76,7 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
         "opt": torch.optim.AdamW(net.parameters(), lr=1e-4),
         "x": x.to(device),
         "amp": amp,
+        "compiled": mode is not None,
         "params": int(counts.params),
         "mflops": counts.flops * 16000 / 1e6,
         "times": [],
@@ -109,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     specs = [("recipe", list(args.set))]
     specs += [(vs, [*args.set, *(o.strip() for o in vs.split(";") if o.strip())]) for vs in args.vs]
     rows = [_row(args.recipe, overrides, label, args.batch, args.seconds, device) for label, overrides in specs]
-    for row in rows:  # warm-up: allocations, plan caches
+    for row in rows:  # warm-up: allocations, plan caches (compiled rows: compilation, CUDA-graph recording)
         row["net"].train()
-        _step(row)
+        for _ in range(3 if row["compiled"] else 1):
+            _step(row)
     for _ in range(args.repeats):
         for row in rows:
             row["times"].append(_step(row))

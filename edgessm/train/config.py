@@ -45,7 +45,9 @@ class RunConfig:
     log_every: int = 10
     seed: int = 0
     amp: str = "auto"  # auto (on for CUDA), off, bf16, fp16
-    compile: bool = False
+    # torch.compile the network: false, true (= "default") or a mode: "reduce-overhead" (CUDA graphs: the
+    # launch-bound GPU step), "max-autotune", "max-autotune-no-cudagraphs"
+    compile: bool | str = False
     workers: int = 2
     eval_batches: int = 0  # 0: the whole validation set
     time_limit_min: float = 0.0  # fit the run into this wall time: steps (and schedule) shrink to the measured rate
@@ -82,9 +84,27 @@ def _dataclass_from(cls, values: dict[str, Any], section: str):
     if unknown:
         raise ValueError(f"unknown keys in [{section}]: {sorted(unknown)}; known: {sorted(known)}")
     values = dict(values)
+    if "compile" in values:
+        values["compile"] = compile_mode(values["compile"]) or False
     if "betas" in values:
         values["betas"] = tuple(values["betas"])
     return cls(**values)
+
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_mode(value: bool | str) -> str | None:
+    """``train.compile`` as a ``torch.compile`` mode, None when off (false, "off", "none")."""
+    if value is True:
+        return "default"
+    if value is False or (isinstance(value, str) and value.lower() in ("off", "none", "false")):
+        return None
+    if isinstance(value, str) and value.lower() in ("on", "true"):
+        return "default"
+    if value in COMPILE_MODES:
+        return str(value)
+    raise ValueError(f"train.compile = {value!r}: use true/false or one of {', '.join(COMPILE_MODES)}")
 
 
 def resolve_config_path(name_or_path: str) -> Path:

@@ -37,7 +37,7 @@ from edgessm.ssm.essm import essm_layers, sample_train_budget
 from edgessm.ssm.hades import auxiliary_loss
 
 from .allocator import keep_freed_memory
-from .config import TrainConfig
+from .config import TrainConfig, compile_mode
 from .sampler import StepSampler
 from .tasks import Task, build_task
 
@@ -219,8 +219,9 @@ class Trainer:
                 weights = self._matching(weights)
             self.model.load_state_dict(weights, strict=not init_partial)
         self.net: nn.Module = self.model
-        if cfg.train.compile:
-            self.net = torch.compile(self.net)
+        mode = compile_mode(cfg.train.compile)
+        if mode:
+            self.net = torch.compile(self.net, mode=mode)
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
