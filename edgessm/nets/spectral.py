@@ -16,7 +16,8 @@ good at: long causal context over frames. Gains near 1 at the start make trainin
 Deep filtering (``df_order`` K > 0, after DeepFilterNet): a real gain cannot separate a harmonic from noise
 inside one 50 Hz bin, a complex filter over the last K frames of that bin can (it follows the phase advance
 of a partial). For the lowest ``df_bins`` bins the network also reads the phase advance since the last
-frame, ``X_t conj(X_{t-1}) / |.|`` (cos and sin), and adds ``Σ_k d_{t,k} X_{t-k}`` (``d`` complex, ``tanh``
+frame, ``X_t conj(X_{t-1}) / |.|`` (cos and sin, added to the features through a 1x1 projection that
+starts at zero), and adds ``Σ_k d_{t,k} X_{t-k}`` (``d`` complex, ``tanh``
 bounded, zero at initialisation: the filter starts switched off) to the gain-masked bin. The filter looks
 only backwards, so the latency does not change.
 
@@ -94,7 +95,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         self.shift = nn.Parameter(torch.full((features,), -8.0))
         self.scale = nn.Parameter(torch.full((features,), 0.25))
         rate = WAVEFORM_RATE / cfg.hop
-        widths = [features + 2 * self.df_bins, *cfg.channels]  # + the deep-filter bins' phase advances
+        widths = [features, *cfg.channels]
         self.blocks = nn.ModuleList()
         for i, kind in enumerate(cfg.kinds):
             kw = cfg.block_kwargs(kind, rate)
@@ -108,8 +109,14 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         with torch.no_grad():
             self.head.weight.mul_(0.1)
             self.head.bias.fill_(cfg.gain_bias)
-        self.df_head = None
-        if cfg.df_order:  # channels [k][re, im][bin]; zero: the filter starts switched off
+        self.df_head = self.df_in = None
+        if cfg.df_order:
+            # the deep-filter bins' phase advances join the features through a projection that starts at zero,
+            # so a network given a deep filter starts as the one it is fine-tuned from (`--init-partial`)
+            self.df_in = nn.Conv1d(2 * self.df_bins, features, 1)
+            nn.init.zeros_(self.df_in.weight)
+            nn.init.zeros_(self.df_in.bias)
+            # channels [k][re, im][bin]; zero: the filter starts switched off
             self.df_head = nn.Conv1d(widths[-1], 2 * cfg.df_order * self.df_bins, 1)
             nn.init.zeros_(self.df_head.weight)
             nn.init.zeros_(self.df_head.bias)
@@ -230,7 +237,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         low = None
         if self.df_bins:
             low = torch.cat([past, self._low(spec)], dim=1)  # (B, P + m, 2 F)
-            h = torch.cat([h, self._phase_advance(low)], dim=1)
+            h = h + self.df_in(self._phase_advance(low))
         new: State = [history]
         pos = 1
         for block in self.blocks:
@@ -288,8 +295,9 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         params = 2 * features + self.head.weight.numel() + self.head.bias.numel()
         if self.df_head is not None:  # phase advances, the coefficient head and the filter itself
             f, order = self.df_bins, cfg.df_order
-            per_frame += 10 * f + 2 * self.df_head.weight.numel() + 2 * order * f + 8 * order * f
-            params += self.df_head.weight.numel() + self.df_head.bias.numel()
+            per_frame += 10 * f + 2 * (self.df_in.weight.numel() + features)  # phase advances, projection, sum
+            per_frame += 2 * self.df_head.weight.numel() + 2 * order * f + 8 * order * f
+            params += sum(p.numel() for p in (*self.df_in.parameters(), *self.df_head.parameters()))
         blocks = Counts(0, 0.0)
         for block in self.blocks:
             blocks = blocks + block.counts()
