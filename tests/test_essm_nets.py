@@ -389,6 +389,10 @@ def test_eval_budget_sweep_writes_the_table_and_plot(es_folder, tmp_path, monkey
     assert "| model | K |" in both and "| tiny-es | 4 |" in both and "| tiny-es-nogate | 4 |" in both
     assert "RTF" not in both  # speed not measured: no speed column (nor an empty speed panel)
     assert "| 8 |" not in both
+    argv = ["eval", str(folder), "--budget-sweep", "--budgets", "4", "--compare", f"ablation={other}", "--rtf-seconds",
+            "0"]  # fmt: skip
+    assert main(argv) == 0
+    assert "| ablation | 4 |" in capsys.readouterr().out  # NAME=MODEL names a row
     with pytest.raises(SystemExit, match="no graph at budget 2"):
         main(["eval", str(folder), "--budget-sweep", "--budgets", "2,4"])
 

@@ -137,8 +137,27 @@ def test_eval_cli_scores_a_denoiser_graph(tmp_path, capsys, shared):
     assert val["split"] == "validation" and set(val["systems"]) == {"noisy", "tiny", "other"}
     assert val["systems"]["tiny"]["mean"]["si_sdr"] != val["systems"]["other"]["mean"]["si_sdr"]
     assert "**validation** speakers" in (tmp_path / "val" / "report.md").read_text()
-    with pytest.raises(SystemExit, match="two systems named 'tiny'"):
+    with pytest.raises(SystemExit, match="two systems named 'tiny'; name one: --compare NAME="):
         main(["eval", str(graph), "--compare", str(graph), "--peers", "none", "--limit", "1"])
+    # NAME=MODEL names a system: a release against the same graph re-exported under the same name
+    argv = ["eval", str(graph), "--compare", f"release={graph}", "--peers", "none", "--limit", "1",
+            "--out", str(tmp_path / "named"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    named = json.loads((tmp_path / "named" / "report.json").read_text())["systems"]
+    assert set(named) == {"noisy", "tiny", "release"}
+    assert named["tiny"]["mean"]["si_sdr"] == pytest.approx(named["release"]["mean"]["si_sdr"])
+
+
+def test_compare_items_take_an_optional_name(tmp_path) -> None:
+    from edgessm.eval.cli import compare_name
+
+    assert compare_name("v2=models/denoise") == ("v2", "models/denoise")
+    assert compare_name("models/denoise") == (None, "models/denoise")
+    assert compare_name("runs/a=b/model") == (None, "runs/a=b/model")  # a path's own '=' names nothing
+    odd = tmp_path / "x=y"
+    odd.mkdir()
+    assert compare_name(str(odd)) == (None, str(odd))  # an existing path is a path
+    assert compare_name("=models/denoise") == (None, "=models/denoise")
 
 
 def test_eval_of_a_model_folder_scores_its_int8_graph_in_the_same_run(tmp_path, monkeypatch, shared) -> None:

@@ -37,9 +37,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         "--out also report.json, report.md and budget_sweep.png)",
     )
     ap.add_argument("--budgets", help="budgets of the sweep, e.g. 2,4,8,32 (default: every exported budget)")
-    ap.add_argument("--compare", nargs="+", metavar="MODEL",
+    ap.add_argument("--compare", nargs="+", metavar="[NAME=]MODEL",
                     help="more models on the same audio: elastic models swept alongside (e.g. the ablations), "
-                         "or more denoisers scored in the same run")  # fmt: skip
+                         "or more denoisers scored in the same run; each named by its folder or file, or by "
+                         "NAME (e.g. v2=models/denoise)")  # fmt: skip
     ap.add_argument("--rtf-seconds", type=float, default=20.0, help="audio per RTF measurement of the sweep (0: none)")
     ap.add_argument("--keywords-per-background", type=int, default=150,
                     help="keywords placed in each of the speech, music and noise test streams")  # fmt: skip
@@ -86,6 +87,15 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", help="folder for report.json, report.md and plots (default: print only)")
     ap.add_argument("--no-progress", action="store_true")
+
+
+def compare_name(item: str) -> tuple[str | None, str]:
+    """``--compare`` item -> ``(name, model)``: ``NAME=MODEL`` names a system (``v2=models/denoise``); a plain
+    model (or a path that exists, even with ``=`` in it) is named later by its folder or file."""
+    name, sep, model = item.partition("=")
+    if not sep or not name or not model or "/" in name or Path(item).exists():
+        return None, item
+    return name, model
 
 
 def _progress(enabled: bool):
@@ -197,7 +207,8 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     name = model.info.extra.get("model_name", path.stem)
     systems = {"noisy": lambda x: x, name: denoise.graph_system(model)}
     latency = {name: 1000 * model.info.latency_samples / model.info.sample_rate}
-    for other in args.compare or []:  # more denoisers on the same mixtures, named by their folder or file
+    for item in args.compare or []:  # more denoisers on the same mixtures, named by NAME= or their folder or file
+        label, other = compare_name(item)
         try:
             other_path = resolve_graph(other, int8=args.int8)
             other_model = StepModel(other_path, threads=args.threads)
@@ -206,9 +217,9 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
         if other_model.info.task != "denoise":
             raise SystemExit(f"edgessm eval: --compare {other} is a {other_model.info.task or 'untyped'} graph, "
                              "not a denoiser")  # fmt: skip
-        key = Path(other).name if Path(other).is_dir() else other_path.stem
+        key = label or (Path(other).name if Path(other).is_dir() else other_path.stem)
         if key in systems:
-            raise SystemExit(f"edgessm eval: two systems named {key!r}; give --compare folders distinct names")
+            raise SystemExit(f"edgessm eval: two systems named {key!r}; name one: --compare NAME={other}")
         systems[key] = denoise.graph_system(other_model)
         latency[key] = 1000 * other_model.info.latency_samples / other_model.info.sample_rate
     twin = _int8_twin(args.model, path) if not args.int8 else None
@@ -349,7 +360,8 @@ def _budget_sweep(args: argparse.Namespace, sets: list[str], progress) -> int:
     if "streams" in sets:
         raise SystemExit("edgessm eval: --budget-sweep measures clip sets only (sc-test, synth-test, fsdd)")
     models = []
-    for item in [args.model, *(args.compare or [])]:
+    items = [(None, args.model), *(compare_name(item) for item in args.compare or [])]
+    for label, item in items:
         try:
             graphs = budget_graphs(item, int8=args.int8)
             if args.budgets:
@@ -366,10 +378,10 @@ def _budget_sweep(args: argparse.Namespace, sets: list[str], progress) -> int:
             raise SystemExit(f"edgessm eval: {e}") from None
         if info.task != "kws":
             raise SystemExit(f"edgessm eval: {item} is a {info.task or 'non-keyword'} model; only kws is evaluated")
-        models.append((model_folder(item).name, graphs))
+        models.append((label or model_folder(item).name, graphs))
     labels = [m for m, _ in models]
-    if len(set(labels)) < len(labels):
-        models = [(str(item), g) for item, (_, g) in zip([args.model, *(args.compare or [])], models, strict=True)]
+    if len(set(labels)) < len(labels):  # same folder names: the paths as given
+        models = [(label or item, g) for (label, item), (_, g) in zip(items, models, strict=True)]
     report = sweep(models, sets, args.rtf_seconds, args.threads, progress,
                    log=lambda msg: print(msg, file=sys.stderr, flush=True))  # fmt: skip
     md = sweep_markdown(report)
