@@ -109,7 +109,8 @@ def test_graph_decision_reads_the_shipped_thresholds_and_a_given_threshold_repla
 def test_calibration_helpers_match_the_live_decider() -> None:
     """Smoothing and one-class crossings as the decider counts them; the allocation spends its budget on
     the keyword that buys the most detections per false accept."""
-    from edgessm.eval.calibrate import allocate, crossings, smoothed_posteriors
+    from edgessm.eval.calibrate import allocate, crossings
+    from edgessm.eval.streams import smoothed_posteriors
 
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 2, (len(LABELS), 400))
@@ -127,3 +128,38 @@ def test_calibration_helpers_match_the_live_decider() -> None:
     assert allocate(hits, fa, budget=1).tolist() == [2, 0]  # over a flat stretch to the better point
     assert allocate(hits, fa, budget=2).tolist() == [2, 1]
     assert allocate(hits, fa, budget=0).tolist() == [0, 0]
+
+
+def test_stream_metrics_tell_a_posterior_that_never_rose_from_one_the_decision_lost() -> None:
+    """``reach_rate``: keywords whose own smoothed posterior reached the threshold around the word. A word
+    heard after another keyword fired inside its window reaches it but is lost to the refractory period;
+    a word the model is unsure of never reaches it."""
+    from types import SimpleNamespace
+
+    from edgessm.eval.kws import StreamSet, stream_metrics
+    from edgessm.eval.streams import Placement, peak_posteriors, smoothed_posteriors
+
+    seq = ["_silence_"] * 60 + ["yes"] * 20 + ["_silence_"] * 100 + ["yes"] * 6 + ["no"] * 14
+    seq += ["_silence_"] * 100 + ["weak-no"] * 20 + ["_silence_"] * 80
+    logits = _logits([lab if lab != "weak-no" else "_unknown_" for lab in seq])
+    weak = [f for f, lab in enumerate(seq) if lab == "weak-no"]
+    logits[:, weak] = 0.0
+    logits[LABELS.index("no"), weak] = 1.0  # p(no) = e / (e + 3) = 0.475
+    places = [Placement("yes", 60 * FRAME, 80 * FRAME), Placement("no", 180 * FRAME, 200 * FRAME),
+              Placement("no", 300 * FRAME, 320 * FRAME)]  # fmt: skip
+    peaks = peak_posteriors(smoothed_posteriors(logits, 4), places, LABELS, FRAME)
+    assert peaks[0] > 0.99 and peaks[1] > 0.99 and peaks[2] == pytest.approx(np.e / (np.e + 3))
+    assert np.isnan(peak_posteriors(smoothed_posteriors(logits, 4), [Placement("up", 0.0, 0.5)], LABELS, FRAME)[0])
+    model = SimpleNamespace(info=SimpleNamespace(labels=LABELS, stride=256, sample_rate=16000))
+    stream = StreamSet("session-commands", np.zeros(len(seq) * 256, np.float32), places)
+    report = stream_metrics(model, [stream], [], [0.9, 0.4], DecisionConfig(0.9, 4, 1.0),
+                            logits={id(stream): logits})  # fmt: skip
+    at_09, at_04 = report["sweep"]
+    assert at_09["detection_rate"] == pytest.approx(1 / 3) and at_09["reach_rate"] == pytest.approx(2 / 3)
+    assert at_09["wrong_word_rate"] == pytest.approx(1 / 3)  # "yes" fired inside the first "no"'s window
+    assert at_04["detection_rate"] == pytest.approx(2 / 3) and at_04["reach_rate"] == pytest.approx(1.0)
+    assert at_04["by_background"]["session-commands"]["reach_rate"] == pytest.approx(1.0)
+    per_class = DecisionConfig(0.9, 4, 1.0, class_thresholds={"no": 0.4})  # the per-keyword thresholds count
+    calibrated = stream_metrics(model, [stream], [], [0.9], DecisionConfig(0.9, 4, 1.0), calibrated=per_class,
+                                logits={id(stream): logits})["sweep"][-1]  # fmt: skip
+    assert calibrated["threshold"] == "calibrated" and calibrated["reach_rate"] == pytest.approx(1.0)

@@ -39,20 +39,10 @@ from edgessm.runtime.session import StepModel
 
 from . import backgrounds
 from .kws import StreamSet, clip_set, graph_logits, trim
-from .streams import Placement, build_stream
+from .streams import Placement, build_stream, peak_posteriors, smoothed_posteriors
 
 #: candidate thresholds, highest first
 GRID = np.round(np.concatenate([[0.999, 0.995, 0.99, 0.98, 0.97, 0.96], np.arange(0.95, 0.29, -0.025)]), 4)
-
-
-def smoothed_posteriors(logits: np.ndarray, smooth_frames: int) -> np.ndarray:
-    """``(C, F)`` posteriors averaged over the last ``smooth_frames`` frames, as the live decider does."""
-    p = np.exp(logits - logits.max(axis=0))
-    p /= p.sum(axis=0)
-    c = np.cumsum(np.pad(p, ((0, 0), (1, 0))), axis=1)
-    k = max(1, smooth_frames)
-    counts = np.minimum(np.arange(1, p.shape[1] + 1), k)
-    return (c[:, 1:] - c[:, np.maximum(0, np.arange(1, p.shape[1] + 1) - k)]) / counts
 
 
 def crossings(trace: np.ndarray, grid: Sequence[float], refractory: int) -> np.ndarray:
@@ -159,12 +149,9 @@ def keyword_hits(post: np.ndarray, placements: Sequence[Placement], labels: list
     """``(C, G)``: keywords of each class whose smoothed posterior reaches each threshold within the
     scoring window (0.1 s before the word to 1 s after it)."""
     hits = np.zeros((len(labels), len(grid)), int)
-    for p in placements:
-        if p.label not in labels:
-            continue
-        c = labels.index(p.label)
-        a, b = int(max(0.0, p.start_s - 0.1) / frame_s), int((p.end_s + 1.0) / frame_s) + 1
-        hits[c] += post[c, a:b].max() >= grid
+    for p, peak in zip(placements, peak_posteriors(post, placements, labels, frame_s), strict=True):
+        if p.label in labels and not np.isnan(peak):
+            hits[labels.index(p.label)] += peak >= np.asarray(grid)
     return hits
 
 

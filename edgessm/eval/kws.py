@@ -35,7 +35,7 @@ from edgessm.runtime.kws import DecisionConfig, KeywordDecider
 from edgessm.runtime.session import StepModel
 
 from . import backgrounds
-from .streams import Placement, build_stream, score_stream
+from .streams import Placement, build_stream, peak_posteriors, score_stream, smoothed_posteriors
 
 CLIP_SAMPLES = SAMPLE_RATE  # the models are trained on one-second clips
 
@@ -259,16 +259,22 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
     ]
     if calibrated is not None:
         decisions.append(("calibrated", calibrated))
+    # the right word's highest smoothed posterior around each keyword: what any decision on it could reach
+    peaks = {id(s): peak_posteriors(smoothed_posteriors(logits[id(s)], config.smooth_frames), s.placements,
+                                    info.labels, frame_s) for s in streams}  # fmt: skip
     rows = []
     for th, cfg in decisions:
         row: dict = {"threshold": th, "by_background": {}}
-        total_hits = total_kw = wrong = 0
+        total_hits = total_kw = wrong = reached = 0
         errors: list[float] = []
         per_word: dict[str, list[int]] = {}
         for s in streams:
             dets = detect(logits[id(s)], info.labels, frame_s, cfg)
             sc = score_stream(dets, s.placements, len(s.audio) / info.sample_rate)
-            row["by_background"][s.kind] = sc.summary()
+            need = np.array([cfg.class_thresholds.get(p.label, cfg.threshold) for p in s.placements])
+            reach = int(np.sum(np.nan_to_num(peaks[id(s)], nan=-1.0) >= need))
+            row["by_background"][s.kind] = {**sc.summary(), "reach_rate": reach / max(1, len(s.placements))}
+            reached += reach
             total_hits += sc.hits
             total_kw += sc.hits + sc.misses
             wrong += sc.wrong_words
@@ -287,6 +293,8 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
             fa_hours += len(s.audio) / info.sample_rate / 3600
         row.update(
             detection_rate=total_hits / max(1, total_kw),
+            # keywords whose own posterior reached their threshold around the word (detected or not)
+            reach_rate=reached / max(1, total_kw),
             keywords=total_kw,
             wrong_word_rate=wrong / max(1, total_kw),  # detections of another keyword while one is said
             per_word={w: {"hits": h, "keywords": n} for w, (h, n) in sorted(per_word.items())},

@@ -121,3 +121,29 @@ def score_stream(detections: Sequence[tuple[str, float]], placements: Sequence[P
         counts[0] += hit
         counts[1] += 1
     return score
+
+
+def smoothed_posteriors(logits: np.ndarray, smooth_frames: int) -> np.ndarray:
+    """``(C, F)`` posteriors averaged over the last ``smooth_frames`` frames, as the live decider does."""
+    p = np.exp(logits - logits.max(axis=0))
+    p /= p.sum(axis=0)
+    c = np.cumsum(np.pad(p, ((0, 0), (1, 0))), axis=1)
+    k = max(1, smooth_frames)
+    counts = np.minimum(np.arange(1, p.shape[1] + 1), k)
+    return (c[:, 1:] - c[:, np.maximum(0, np.arange(1, p.shape[1] + 1) - k)]) / counts
+
+
+def peak_posteriors(post: np.ndarray, placements: Sequence[Placement], labels: Sequence[str], frame_s: float,
+                    early_s: float = 0.1, late_s: float = 1.0) -> np.ndarray:  # fmt: skip
+    """``(len(placements),)``: the highest smoothed posterior ``post (C, F)`` of each placed keyword's own
+    class over its scoring window (``early_s`` before the word to ``late_s`` after it, as :func:`score_stream`
+    counts a hit); NaN for a word that is not one of ``labels``. A keyword whose peak stays below the
+    threshold cannot be detected by any decision logic on that posterior; one whose peak reaches it and
+    is missed was lost to the decision (another word first, the refractory period)."""
+    out = np.full(len(placements), np.nan)
+    for k, p in enumerate(placements):
+        if p.label in labels:
+            a, b = int(max(0.0, p.start_s - early_s) / frame_s), int((p.end_s + late_s) / frame_s) + 1
+            window = post[list(labels).index(p.label), a:b]
+            out[k] = window.max() if window.size else np.nan
+    return out
