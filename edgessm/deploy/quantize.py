@@ -38,7 +38,7 @@ from edgessm.atomic import atomic_path
 
 QUANTIZED_OPS = ["MatMul", "Conv", "ConvTranspose", "Gemm"]
 _PASS_THROUGH = {"Add", "Sub", "Mul", "Squeeze", "Unsqueeze", "Reshape", "Transpose", "Concat", "Slice", "Identity"}
-_DOWNSAMPLERS = {"AveragePool", "MaxPool"}
+_DOWNSAMPLERS = {"AveragePool", "MaxPool", "ReduceMean"}  # pooling: exported as a ReduceMean over a reshape
 
 
 def state_path_nodes(model) -> list[str]:

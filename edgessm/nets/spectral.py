@@ -90,6 +90,15 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         self.register_buffer("synthesis", inverse * window[None, :], persistent=False)  # (2 bins, n_fft)
         self.register_buffer("band_power", erb_filterbank(n_fft, cfg.bands).T.contiguous(), persistent=False)
         self.register_buffer("band_spread", erb_expansion(n_fft, cfg.bands), persistent=False)  # (bands, bins)
+        # The same two maps on [Re | Im] spectra, one matrix each (one MatMul per frame in the graph):
+        # squared [Re | Im] -> [band powers | fine-bin powers], and gains -> a gain for every [Re | Im] entry
+        fine = torch.eye(bins, cfg.fine_bins)  # bin i <- fine gain / power i
+        per_bin = torch.cat([self.band_power, fine], dim=1)  # (bins, bands + fine)
+        self.register_buffer("power_map", torch.cat([per_bin, per_bin]), persistent=False)  # (2 bins, features)
+        spread = self.band_spread.clone()
+        spread[:, : cfg.fine_bins] = 0.0  # the fine bins take their own gains only
+        gain_map = torch.cat([spread, fine.T])  # (bands + fine, bins)
+        self.register_buffer("gain_map", torch.cat([gain_map, gain_map], dim=1), persistent=False)  # (., 2 bins)
         features = cfg.bands + cfg.fine_bins
         # log powers of a speech-level input lie around -8 +- 6: start near zero mean, unit scale
         self.shift = nn.Parameter(torch.full((features,), -8.0))
@@ -130,6 +139,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """``x (B, 1, m hop)`` after ``history (B, 1, hop)`` -> frames ``(B, m, n_fft)`` and the new history."""
         b, hop = int(x.shape[0]), self.hop
         m = int(x.shape[-1]) // hop
+        if m == 1:  # a live 10 ms chunk: the frame is the history and the chunk (fewest graph nodes)
+            return torch.cat([history, x], dim=-1), x
         blocks = torch.cat([history, x], dim=-1).reshape(b, m + 1, hop)
         frames = torch.cat([blocks[:, :-1], blocks[:, 1:]], dim=-1)
         return frames, blocks[:, -1:].reshape(b, 1, hop)
@@ -143,20 +154,10 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """Block output ``(B, C, m)`` -> the network's own gains ``(B, m, bands + fine_bins)`` in (0, 1)."""
         return torch.sigmoid(self.head(h)).transpose(1, 2)
 
-    def _gains(self, g: Tensor) -> Tensor:
-        """Gains ``(B, m, bands + fine_bins)`` -> per-bin gains ``(B, m, bins)``: band gains spread over
-        their bins, the fine bins' own gains below."""
-        gains = g[..., : self.cfg.bands] @ self.band_spread
-        if self.cfg.fine_bins:
-            gains = torch.cat([g[..., self.cfg.bands :], gains[..., self.cfg.fine_bins :]], dim=-1)
-        return gains
-
     def _powers(self, spec: Tensor) -> Tensor:
-        """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> powers at the gains' resolution ``(B, m, bands + fine)``."""
-        re, im = spec[..., : self.bins], spec[..., self.bins :]
-        power = re * re + im * im
-        bands = power @ self.band_power
-        return torch.cat([bands, power[..., : self.cfg.fine_bins]], dim=-1) if self.cfg.fine_bins else bands
+        """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> powers at the gains' resolution ``(B, m, bands + fine)``:
+        ERB band powers (``band_power``) and the powers of the lowest ``fine_bins`` bins."""
+        return (spec * spec) @ self.power_map
 
     def oracle_gains(self, noisy: Tensor, clean: Tensor, floor: float = 1e-9,
                      exponent: float = 0.5) -> tuple[Tensor, Tensor]:  # fmt: skip
@@ -184,8 +185,9 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         return self._overlap_add(self._masked(spec, gains) @ self.synthesis, tail)
 
     def _masked(self, spec: Tensor, gains: Tensor) -> Tensor:
-        per_bin = self._gains(gains)
-        return spec * torch.cat([per_bin, per_bin], dim=-1)
+        """Spectra ``(B, m, 2 bins)`` times gains ``(B, m, bands + fine_bins)``: band gains spread over their
+        bins (``band_spread``), the fine bins' own gains below, the same gain on ``Re`` and ``Im``."""
+        return spec * (gains @ self.gain_map)
 
     def _low(self, spec: Tensor) -> Tensor:
         """``[Re | Im]`` of the deep-filter bins: ``(B, m, 2 bins) -> (B, m, 2 df_bins)``."""
@@ -220,6 +222,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
         b, m, hop = int(frames.shape[0]), int(frames.shape[1]), self.hop
         first, second = frames[..., :hop], frames[..., hop:]
+        if m == 1:  # a live 10 ms chunk
+            return first + tail, second
         previous = torch.cat([tail.reshape(b, 1, hop), second[:, :-1]], dim=1)
         return (first + previous).reshape(b, 1, m * hop), second[:, -1:].reshape(b, 1, hop)
 

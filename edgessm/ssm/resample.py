@@ -38,7 +38,7 @@ class AvgPool(Streamable):
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
-        return F.avg_pool1d(x, self.r, self.r), state  # the same means: one AveragePool node when exported
+        return self.forward(x), state  # a ReduceMean when exported (onnxruntime's AveragePool is ~10x slower)
 
     def counts(self) -> Counts:
         return Counts(0, 1.0)  # one add per input sample (the 1/r scale is folded)
@@ -103,7 +103,13 @@ class CausalDepthwiseConv(Streamable):
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         (hist,) = state
         full = torch.cat([hist, x], dim=-1)
-        return self.conv(full), [full[..., full.shape[-1] - (self.kernel_size - 1) :]]
+        c = self.conv
+        if int(x.shape[-1]) == 1:  # one frame: a weighted sum over the taps (Mul, ReduceSum, Add when exported)
+            y = (full * c.weight[:, 0]).sum(-1, keepdim=True) + c.bias[:, None]
+        else:  # a 2-D depthwise Conv over a (B, C, 1, T) view: ONNX Runtime's CPU provider runs it with its
+            # blocked depthwise kernel, 3-5x faster than a grouped 1-D Conv at 2-20 frames
+            y = F.conv2d(full.unsqueeze(2), c.weight.unsqueeze(2), c.bias, groups=self.channels).squeeze(2)
+        return y, [full[..., full.shape[-1] - (self.kernel_size - 1) :]]
 
     def counts(self) -> Counts:
         return Counts(self.channels * self.kernel_size, 2.0 * self.channels * self.kernel_size)

@@ -39,13 +39,16 @@ class ChannelNorm(nn.Module):
     def step(self, x: Tensor) -> Tensor:
         """The same function in the form that streams fastest (fewest graph nodes per chunk).
 
-        Wide or short chunks: one fused ``LayerNormalization`` node between two transposes. Narrow,
+        One frame: a single ``LayerNormalization`` node. Wide or short chunks: one between two transposes. Narrow,
         long ones (where that kernel's per-row cost dominates): centring and the channel mean as
         MatMuls with constant matrices.
         """
         if self.norm is None:
             return x
         c, t = int(x.shape[1]), int(x.shape[-1])
+        if t == 1:  # one frame: (C, 1) are the trailing axes, so one LayerNormalization node over both
+            n = self.norm
+            return F.layer_norm(x, (c, 1), n.weight[:, None], n.bias[:, None], n.eps)
         if c >= 8 or t <= 16 * c:
             n = self.norm
             return F.layer_norm(x.transpose(1, 2), (c,), n.weight, n.bias, n.eps).transpose(1, 2)
