@@ -168,6 +168,22 @@ def test_model_benchmark_reports_rtf_latency_memory(kws_graph, capsys) -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_model_benchmark_interleaves_graphs_and_tells_same_names_apart(kws_graph, tmp_path, capsys) -> None:
+    import shutil
+
+    from edgessm.bench.models import main, measure_all
+
+    _, path = kws_graph
+    other = tmp_path / "other" / path.name
+    other.parent.mkdir()
+    shutil.copy(path, other)
+    results = measure_all([path, other], seconds=1.0, rounds=3)
+    assert [r["rounds"] for r in results] == [3, 3] and all(r["rtf"] > 0 for r in results)
+    assert main([str(path), str(other), "--seconds", "1", "--rounds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "in 2 interleaved rounds" in out and f"other/{path.name}" in out and f"{path.parent.name}/{path.name}" in out
+
+
 def test_listen_on_a_file_prints_detections_without_torch(kws_graph, tmp_path) -> None:
     from edgessm.data.audio import write_audio
 

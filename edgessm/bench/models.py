@@ -6,7 +6,8 @@ per-chunk latency and peak memory, fp32 and int8 side by side, measured in one r
     edgessm bench kws35-es --budget 4     # an elastic (ES-SSM) model's graphs at budget 4 (or 2,4,8 or all)
 
 Each graph runs in its own child process (so peak memory is its own), single-threaded, on
-``--seconds`` of audio streamed chunk by chunk after a short warm-up.
+``--seconds`` of audio streamed chunk by chunk after a short warm-up; the graphs take turns over
+``--rounds`` rounds, so that a machine whose speed drifts during the run slows them all alike.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from edgessm.runtime.registry import (
 )
 
 
-def _measure(path: str, seconds: float, threads: int, queue) -> None:
+def _worker(path: str, seconds: float, threads: int, conn) -> None:
+    """One graph's process: open the session, then stream the next ``n`` chunks of the audio each time the
+    parent sends ``n`` (state carried over) and send back their latencies; ``None`` ends it with the numbers."""
     import resource
 
     import numpy as np
@@ -49,26 +52,28 @@ def _measure(path: str, seconds: float, threads: int, queue) -> None:
     x = (0.1 * rng.normal(size=int(seconds * rate) // chunk * chunk)).astype(np.float32)
     state = [np.zeros(i.shape, np.float32) for i in inputs[1:]]
     names = [i.name for i in inputs]
-    lat = []
-    for k, pos in enumerate(range(0, len(x), chunk)):
-        feed = dict(zip(names, [x[pos : pos + chunk].reshape(1, 1, chunk), *state], strict=True))
-        t0 = time.perf_counter()
-        out = sess.run(None, feed)
-        dt = time.perf_counter() - t0
-        state = out[1:]
-        if k >= 10:  # warm-up
-            lat.append(dt)
+    conn.send(len(x) // chunk)
+    pos = 0
+    while (n := conn.recv()) is not None:
+        lat = []
+        for _ in range(n):
+            if pos + chunk > len(x):
+                pos = 0  # warm-up chunks come on top of the audio: wrap around
+            feed = dict(zip(names, [x[pos : pos + chunk].reshape(1, 1, chunk), *state], strict=True))
+            t0 = time.perf_counter()
+            out = sess.run(None, feed)
+            lat.append(time.perf_counter() - t0)
+            state = out[1:]
+            pos += chunk
+        conn.send(lat)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    audio_s = len(lat) * chunk / rate
-    queue.put({
+    conn.send({
         "graph": path,
         "task": meta.get("task", ""),
         "chunk": chunk,
+        "rate": rate,
         "params": int(meta["params"]) if "params" in meta else None,
         "mflops_per_s": int(meta["flops_per_second"]) / 1e6 if "flops_per_second" in meta else None,
-        "rtf": sum(lat) / audio_s,
-        "latency_ms_median": 1e3 * statistics.median(lat),
-        "latency_ms_p99": 1e3 * sorted(lat)[int(0.99 * (len(lat) - 1))],
         "peak_mb": peak / 1024,
         "session_mb": (peak - base) / 1024,
         "int8": "quantization" in meta,
@@ -77,15 +82,51 @@ def _measure(path: str, seconds: float, threads: int, queue) -> None:
     })  # fmt: skip
 
 
+WARMUP_CHUNKS = 10
+
+
+def measure_all(paths: list[str | Path], seconds: float = 30.0, threads: int = 1, rounds: int = 10) -> list[dict]:
+    """Benchmark graphs side by side: each in its own process (its own peak memory), all of them taking
+    turns over ``rounds`` rounds of ``seconds / rounds`` of audio each, so that a machine that speeds up or
+    slows down during the run affects every graph alike (their ratios are what a run can tell)."""
+    ctx = mp.get_context("spawn")
+    procs, conns = [], []
+    for path in paths:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker, args=(str(path), seconds, threads, child))
+        proc.start()
+        procs.append(proc)
+        conns.append(parent)
+    try:
+        totals = [c.recv() for c in conns]  # every session is open
+        for c in conns:
+            c.send(WARMUP_CHUNKS)
+            c.recv()
+        lats: list[list[float]] = [[] for _ in paths]
+        rounds = max(1, min(rounds, min(totals)))
+        for r in range(rounds):
+            for i, c in enumerate(conns):
+                c.send(totals[i] * (r + 1) // rounds - totals[i] * r // rounds)
+                lats[i] += c.recv()
+        results = []
+        for c, lat in zip(conns, lats, strict=True):
+            c.send(None)
+            info = c.recv()
+            audio_s = len(lat) * info["chunk"] / info.pop("rate")
+            p99 = sorted(lat)[int(0.99 * (len(lat) - 1))]
+            results.append({**info, "rtf": sum(lat) / audio_s, "latency_ms_median": 1e3 * statistics.median(lat),
+                            "latency_ms_p99": 1e3 * p99, "rounds": rounds})  # fmt: skip
+        return results
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+
+
 def measure(path: str | Path, seconds: float = 30.0, threads: int = 1) -> dict:
     """Benchmark one graph in a fresh process; returns its numbers."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_measure, args=(str(path), seconds, threads, queue))
-    proc.start()
-    result = queue.get(timeout=600)
-    proc.join()
-    return result
+    return measure_all([path], seconds, threads, rounds=1)[0]
 
 
 def resolve(items: list[str], budget: str | None = None) -> list[Path]:
@@ -140,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--budget", metavar="K", help="elastic (ES-SSM) models: their graphs at budget K (K1,K2,... or all)"
     )
+    ap.add_argument("--rounds", type=int, default=10,
+                    help="the graphs take turns over this many rounds (1: one after the other)")  # fmt: skip
     ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = ap.parse_args(argv)
     items = args.graphs or shipped_models()
@@ -154,23 +197,25 @@ def main(argv: list[str] | None = None) -> int:
                 check_budget(StepModel(g).info.extra, args.budget, g.name)
             except ValueError as e:
                 raise SystemExit(f"edgessm bench: {e}") from None
-    results = []
-    for g in graphs:
-        print(f"  measuring {g}", file=sys.stderr, flush=True)
-        results.append(measure(g, args.seconds, args.threads))
+    print(f"  measuring {len(graphs)} graph(s) in {args.rounds} interleaved round(s)", file=sys.stderr, flush=True)
+    results = measure_all(graphs, args.seconds, args.threads, args.rounds)
     elastic = any(r["budget"] is not None for r in results)
     head = (
         f"{'graph':<34}{' K' if elastic else ''} {'params':>8} {'MFLOP/s':>8} {'chunk':>6} {'RTF':>8}"
         f" {'lat med ms':>10} {'lat p99 ms':>10} {'peak MB':>8}"
     )
-    print(f"# {args.threads} thread(s), {args.seconds:.0f} s of audio per graph")
+    rounds = results[0]["rounds"]
+    print(f"# {args.threads} thread(s), {args.seconds:.0f} s of audio per graph, in {rounds} interleaved rounds")
     print(head)
     print("-" * len(head))
+    names = [Path(r["graph"]).name for r in results]
+    labels = {r["graph"]: n if names.count(n) == 1 else f"{Path(r['graph']).parent.name}/{n}"
+              for r, n in zip(results, names, strict=True)}  # fmt: skip
     for r in results:
         params = "-" if r["params"] is None else f"{r['params']:,}"
         mflops = "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}"
         k = (f"{r['budget']:>2}" if r["budget"] is not None else " -") if elastic else ""
-        print(f"{Path(r['graph']).name:<34}{k} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
+        print(f"{labels[r['graph']]:<34}{k} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
               f"{r['latency_ms_median']:>10.3f} {r['latency_ms_p99']:>10.3f} {r['peak_mb']:>8.0f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
