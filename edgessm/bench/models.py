@@ -173,6 +173,19 @@ def _budget_items(item: str, p: Path, budget: str) -> list[Path]:
     return [g for k in wanted for g in ([fp32[k], int8[k]] if k in int8 else [fp32[k]])]
 
 
+def _labels(paths: list[str]) -> dict[str, str]:
+    """Each graph's shortest name among its path's last parts that no other graph of the run shares."""
+    out = {}
+    for p in paths:
+        parts = Path(p).parts
+        for n in range(1, len(parts) + 1):
+            label = "/".join(parts[-n:])
+            if all(q == p or not ("/" + q).endswith("/" + label) for q in paths):
+                break
+        out[p] = label
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m edgessm.bench models", description=__doc__.split("\n\n")[0])
     ap.add_argument("graphs", nargs="*", help=".onnx files or shipped model names (default: every shipped model)")
@@ -208,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {args.threads} thread(s), {args.seconds:.0f} s of audio per graph, in {rounds} interleaved rounds")
     print(head)
     print("-" * len(head))
-    names = [Path(r["graph"]).name for r in results]
-    labels = {r["graph"]: n if names.count(n) == 1 else f"{Path(r['graph']).parent.name}/{n}"
-              for r, n in zip(results, names, strict=True)}  # fmt: skip
+    labels = _labels([r["graph"] for r in results])
     for r in results:
         params = "-" if r["params"] is None else f"{r['params']:,}"
         mflops = "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}"
