@@ -41,8 +41,12 @@ from .portability import openvino_available, runtime_agreement
 from .quantize import quantize_int8
 
 
-def calibration_audio(seconds: float = 60.0, seed: int = 0) -> list[np.ndarray]:
-    """Ten-second streams of real training speech (SC training words, read sentences) over noise."""
+def calibration_audio(seconds: float = 300.0, seed: int = 0) -> list[np.ndarray]:
+    """Ten-second streams of real training speech (SC training words, read sentences) over noise.
+
+    Five minutes by default: the activation ranges are min/max over what the calibration sees, and with one
+    minute (400 chunks) they depended on the draw: kws35-es's int8 graph agreed with fp32 on 89-92% of 400
+    held-out clips over three draws, with five minutes (3,000 chunks) on 92.5-94%."""
     from edgessm.data.audio import load_audio
     from edgessm.data.corpora import shared_noises, shared_read_speech, shared_sc_train
 

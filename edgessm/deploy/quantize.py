@@ -213,18 +213,20 @@ class _Calibration:
         sess = ort.InferenceSession(float_path, providers=["CPUExecutionProvider"])
         inputs = sess.get_inputs()
         chunk = inputs[0].shape[-1]
-        self.feeds: list[dict[str, np.ndarray]] = []
+        audio = [np.asarray(x, np.float32) for x in audio]
+        total = sum(len(x) // chunk for x in audio)
+        keep = {int(k * total / max_samples) for k in range(max_samples)} if total > max_samples else None
+        self.feeds: list[dict[str, np.ndarray]] = []  # every chunk is streamed; an even sample of them is kept
+        n = 0
         for x in audio:
             state = [np.zeros(i.shape, np.float32) for i in inputs[1:]]
-            x = np.asarray(x, np.float32)
             for pos in range(0, len(x) - chunk + 1, chunk):
                 feed = {inputs[0].name: x[pos : pos + chunk].reshape(1, 1, chunk)}
                 feed.update({i.name: s for i, s in zip(inputs[1:], state, strict=True)})
-                self.feeds.append(feed)
+                if keep is None or n in keep:
+                    self.feeds.append(feed)
+                n += 1
                 state = sess.run(None, feed)[1:]
-        if len(self.feeds) > max_samples:
-            step = len(self.feeds) / max_samples
-            self.feeds = [self.feeds[int(k * step)] for k in range(max_samples)]
         self._it = iter(self.feeds)
 
     def get_next(self):
@@ -235,7 +237,7 @@ class _Calibration:
 
 
 def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, calibration_audio: Iterable[np.ndarray],
-                  max_calibration_chunks: int = 400) -> Int8Plan:  # fmt: skip
+                  max_calibration_chunks: int = 3000) -> Int8Plan:  # fmt: skip
     """Write the int8 QDQ version of ``float_path``; returns which MatMul/Conv nodes stayed float and
     which were quantized."""
     import onnx
