@@ -218,20 +218,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  measuring {len(graphs)} graph(s) in {args.rounds} interleaved round(s)", file=sys.stderr, flush=True)
     results = measure_all(graphs, args.seconds, args.threads, args.rounds)
     elastic = any(r["budget"] is not None for r in results)
+    labels = _labels([r["graph"] for r in results])
+    w = max(34, 1 + max(len(v) for v in labels.values()))
     head = (
-        f"{'graph':<34}{' K' if elastic else ''} {'params':>8} {'MFLOP/s':>8} {'chunk':>6} {'RTF':>8}"
+        f"{'graph':<{w}}{' K' if elastic else ''} {'params':>8} {'MFLOP/s':>8} {'chunk':>6} {'RTF':>8}"
         f" {'lat med ms':>10} {'lat p99 ms':>10} {'peak MB':>8}"
     )
     rounds = results[0]["rounds"]
     print(f"# {args.threads} thread(s), {args.seconds:.0f} s of audio per graph, in {rounds} interleaved rounds")
     print(head)
     print("-" * len(head))
-    labels = _labels([r["graph"] for r in results])
     for r in results:
         params = "-" if r["params"] is None else f"{r['params']:,}"
         mflops = "-" if r["mflops_per_s"] is None else f"{r['mflops_per_s']:.1f}"
         k = (f"{r['budget']:>2}" if r["budget"] is not None else " -") if elastic else ""
-        print(f"{labels[r['graph']]:<34}{k} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
+        print(f"{labels[r['graph']]:<{w}}{k} {params:>8} {mflops:>8} {r['chunk']:>6} {r['rtf']:>8.4f} "
               f"{r['latency_ms_median']:>10.3f} {r['latency_ms_p99']:>10.3f} {r['peak_mb']:>8.0f}")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
