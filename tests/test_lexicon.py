@@ -92,3 +92,37 @@ def test_one_word_decodes_a_single_word_of_the_list_or_nothing() -> None:
         lp[0, f], lp[CHARS.index("t"), f] = np.log(0.5), np.log(0.4)
     assert greedy(lp) == "sop"
     assert [w.text for w in one.decode(lp)] == ["stop"]
+
+
+def test_one_word_scores_are_the_ctc_sum_over_all_alignments() -> None:
+    """Against brute force: every label path of 5 frames over blank and the letters, collapsed by the CTC rule;
+    a word's score is the log of the summed probability of the paths that spell it, nothing's the all-blank one."""
+    import itertools
+
+    rng = np.random.default_rng(3)
+    labels = ["_", " ", "a", "b"]
+    lp = log_softmax(rng.normal(size=(4, 5)) * 2)
+    lex = LexiconDecoder(labels, ["ab", "b", "aa", "bab"], blank=0, one_word=True)
+    totals: dict[str, float] = {}
+    for path in itertools.product([0, 2, 3], repeat=5):
+        collapsed = [k for i, k in enumerate(path) if k != 0 and (i == 0 or k != path[i - 1])]
+        text = "".join(labels[k] for k in collapsed)
+        totals[text] = totals.get(text, 0.0) + float(np.exp(sum(lp[k, t] for t, k in enumerate(path))))
+    scores, nothing = lex.word_scores(lp)
+    for word, score in zip(lex.words, scores, strict=True):
+        assert abs(score - np.log(totals[word])) < 1e-9
+    assert abs(nothing - np.log(totals[""])) < 1e-9
+
+
+def test_one_word_picks_the_word_of_most_probability_not_of_the_best_single_alignment() -> None:
+    """Four frames where 'b' has the single most probable alignment (_ _ _ b) but 'a' the most probability
+    over all its alignments (it is likely in three frames): the one-word decoder says 'a'."""
+    labels = ["_", " ", "a", "b"]
+    p = np.array([[0.449, 0.595, 0.518, 0.029], [1e-12] * 4, [0.462, 0.270, 0.329, 0.466],
+                  [0.089, 0.136, 0.153, 0.504]])  # fmt: skip
+    lp = np.log(p / p.sum(0))
+    lex = LexiconDecoder(labels, ["a", "b"], blank=0, one_word=True)
+    scores, nothing = lex.word_scores(lp)
+    assert scores[0] > scores[1] > nothing
+    (word,) = lex.decode(lp)
+    assert word.text == "a" and 0 <= word.start <= word.end <= 3

@@ -57,6 +57,8 @@ class LexiconDecoder:
             raise ValueError(f"the labels have no word separator {space!r}")
         self.words, self.blank, self.space, self.word_bonus = words, blank, index[space], word_bonus
         self.one_word = one_word
+        self.labels, self.space_label = list(labels), space
+        self._single: dict[int, LexiconDecoder] = {}  # one_word: a decoder of the chosen word, for its frames
         # states: 0 = silence (blank before any word), 1 = space, then every word's 2L + 1 CTC states
         emit, word_of, pos_of, starts = [blank, self.space], [-1, -1], [-1, -1], []
         for k, w in enumerate(words):
@@ -84,11 +86,24 @@ class LexiconDecoder:
         self.last_letter = self.trailing - 1
 
     def decode(self, log_probs: np.ndarray) -> list[DecodedWord]:
-        """``log_probs (vocab, frames)`` (log-softmax over the vocabulary) -> the best word sequence."""
+        """``log_probs (vocab, frames)`` (log-softmax over the vocabulary) -> the best word sequence.
+
+        With ``one_word`` the word is the one of highest total probability over all its alignments (the CTC
+        forward sum: what the network says of the word, not of its single best alignment), or nothing when
+        all-blank is more probable; its frames come from its best alignment."""
         lp = np.asarray(log_probs, np.float64)
         frames = lp.shape[1]
         if frames == 0:
             return []
+        if self.one_word and len(self.words) > 1:
+            scores, nothing = self.word_scores(lp)
+            k = int(np.argmax(scores))
+            if scores[k] <= nothing:
+                return []
+            if k not in self._single:
+                self._single[k] = LexiconDecoder(self.labels, [self.words[k]], self.word_bonus, self.blank,
+                                                 self.space_label, one_word=True)  # fmt: skip
+            return self._single[k].decode(lp)
         n = len(self.emit)
         score = np.full(n, NEG)
         score[0] = lp[self.blank, 0]
@@ -123,6 +138,25 @@ class LexiconDecoder:
             path[t] = s
             s = int(back[t, s])
         return self._words(path)
+
+    def word_scores(self, log_probs: np.ndarray) -> tuple[np.ndarray, float]:
+        """One word per utterance: ``(log P(word) for every word of the list, log P(all blank))`` by the CTC
+        forward algorithm over ``log_probs (vocab, frames)``, silence allowed before and after the word
+        (``word_bonus`` added once)."""
+        lp = np.asarray(log_probs, np.float64)
+        frames = lp.shape[1]
+        first = self.starts + 1  # a word is entered at its first letter: silence is its leading blank (each
+        alpha = np.full(len(self.emit), NEG)  # labelling of the frames is then counted once)
+        alpha[0] = lp[self.blank, 0]
+        alpha[first] = lp[self.emit[first], 0] + self.word_bonus
+        for t in range(1, frames):
+            new = alpha.copy()  # stay
+            for prev in (self.prev1, self.prev2):
+                ok = prev >= 0
+                new[ok] = np.logaddexp(new[ok], alpha[prev[ok]])
+            new[first] = np.logaddexp(new[first], alpha[0] + self.word_bonus)  # after silence
+            alpha = new + lp[self.emit, t]
+        return np.logaddexp(alpha[self.last_letter], alpha[self.trailing]), float(alpha[0])
 
     def _words(self, path: np.ndarray) -> list[DecodedWord]:
         out: list[DecodedWord] = []
