@@ -126,3 +126,4 @@ def test_one_word_picks_the_word_of_most_probability_not_of_the_best_single_alig
     assert scores[0] > scores[1] > nothing
     (word,) = lex.decode(lp)
     assert word.text == "a" and 0 <= word.start <= word.end <= 3
+    assert abs(word.confidence - np.exp(scores[0]) / (np.exp(scores).sum() + np.exp(nothing))) < 1e-12

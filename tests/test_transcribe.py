@@ -192,6 +192,9 @@ def test_cli_errors_say_what_to_do(graph, tmp_path) -> None:
     assert r.returncode != 0 and b"--words: cannot read" in r.stderr
     r = _cli(str(good), "--model", graph, "--words", "go,stop", "--one-word")
     assert r.returncode == 0 and r.stdout.decode().strip() == "go"
+    r = _cli(str(good), "--model", graph, "--words", "go,stop", "--one-word", "--json")  # the word's share
+    (word,) = json.loads(r.stdout.decode())["words"]
+    assert word["word"] == "go" and 0.5 < word["confidence"] <= 1.0
     r = _cli(str(good), "--model", graph, "--one-word")
     assert r.returncode != 0 and b"--one-word needs --words" in r.stderr
     r = _cli(str(good), "--model", str(tmp_path / "missing.onnx"))

@@ -26,6 +26,7 @@ class Word:
     text: str
     start_s: float  # start of the frame that emitted its first character
     end_s: float  # end of the last frame of its last character
+    confidence: float | None = None  # one-word decoding: the word's share of the probability (else None)
 
 
 @dataclass(frozen=True)

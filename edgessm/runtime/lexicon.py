@@ -14,7 +14,7 @@ With ``one_word`` the loop is cut: a segment is one word of the list or nothing 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,6 +26,7 @@ class DecodedWord:
     text: str
     start: int  # first frame of its first character
     end: int  # last frame of its last character (inclusive)
+    confidence: float | None = None  # one-word decoding: P(this word) / P(any word of the list or nothing)
 
 
 def log_softmax(logits: np.ndarray, axis: int = 0) -> np.ndarray:
@@ -90,7 +91,8 @@ class LexiconDecoder:
 
         With ``one_word`` the word is the one of highest total probability over all its alignments (the CTC
         forward sum: what the network says of the word, not of its single best alignment), or nothing when
-        all-blank is more probable; its frames come from its best alignment."""
+        all-blank is more probable; its frames come from its best alignment, its ``confidence`` is its share of
+        the probability of all the words and of nothing."""
         lp = np.asarray(log_probs, np.float64)
         frames = lp.shape[1]
         if frames == 0:
@@ -103,7 +105,9 @@ class LexiconDecoder:
             if k not in self._single:
                 self._single[k] = LexiconDecoder(self.labels, [self.words[k]], self.word_bonus, self.blank,
                                                  self.space_label, one_word=True)  # fmt: skip
-            return self._single[k].decode(lp)
+            every = np.append(scores, nothing)
+            share = float(np.exp(scores[k] - np.logaddexp.reduce(every)))
+            return [replace(w, confidence=share) for w in self._single[k].decode(lp)]
         n = len(self.emit)
         score = np.full(n, NEG)
         score[0] = lp[self.blank, 0]

@@ -63,6 +63,13 @@ def _fail(message: str) -> SystemExit:
     return SystemExit(f"edgessm transcribe: {message}")
 
 
+def _word_json(w) -> dict:
+    out = {"word": w.text, "start": round(w.start_s, 2), "end": round(w.end_s, 2)}
+    if getattr(w, "confidence", None) is not None:  # --one-word: the word's share of the probability
+        out["confidence"] = round(w.confidence, 3)
+    return out
+
+
 class Printer:
     """Writes final segments to stdout and the live partial line to stderr (rewritten in place)."""
 
@@ -77,7 +84,7 @@ class Printer:
                 "text": seg.text,
                 "start": round(seg.start_s, 2),
                 "end": round(seg.end_s, 2),
-                "words": [{"word": w.text, "start": round(w.start_s, 2), "end": round(w.end_s, 2)} for w in seg.words],
+                "words": [_word_json(w) for w in seg.words],
             }
             if source is not None:
                 event = {"file": source, **event}

@@ -110,7 +110,8 @@ class Transcriber:
         found = self.lexicon.decode(log_softmax(logits[:, :cut]))
         self._frames, self._base = [logits[:, cut:]], self._base + cut
         words = tuple(
-            Word(w.text, (self._base - cut + w.start) * fs, (self._base - cut + w.end + 1) * fs) for w in found
+            Word(w.text, (self._base - cut + w.start) * fs, (self._base - cut + w.end + 1) * fs, w.confidence)
+            for w in found
         )
         if not words:
             return Segment("", seg.start_s, seg.end_s, (), seg.final)
