@@ -127,3 +127,5 @@ def test_one_word_picks_the_word_of_most_probability_not_of_the_best_single_alig
     (word,) = lex.decode(lp)
     assert word.text == "a" and 0 <= word.start <= word.end <= 3
     assert abs(word.confidence - np.exp(scores[0]) / (np.exp(scores).sum() + np.exp(nothing))) < 1e-12
+    (only,) = LexiconDecoder(labels, ["b"], blank=0, one_word=True).decode(lp)  # one word: decided by the sum too
+    assert only.text == "b" and 0 < only.confidence < 1

@@ -93,7 +93,8 @@ ROUND_WARMUP = 5
 def measure_all(paths: list[str | Path], seconds: float = 30.0, threads: int = 1, rounds: int = 10) -> list[dict]:
     """Benchmark graphs side by side: each in its own process (its own peak memory), all of them taking
     turns over ``rounds`` rounds of ``seconds / rounds`` of audio each, so that a machine that speeds up or
-    slows down during the run affects every graph alike (their ratios are what a run can tell)."""
+    slows down during the run affects every graph alike (their ratios are what a run can tell). Each result
+    has the graph's RTF over the whole run (``rtf``) and per round (``rtf_rounds``)."""
     ctx = mp.get_context("spawn")
     procs, conns = [], []
     for path in paths:
@@ -107,20 +108,23 @@ def measure_all(paths: list[str | Path], seconds: float = 30.0, threads: int = 1
         for c in conns:
             c.send(WARMUP_CHUNKS)
             c.recv()
-        lats: list[list[float]] = [[] for _ in paths]
+        turns: list[list[list[float]]] = [[] for _ in paths]  # per graph, per round: call latencies
         rounds = max(1, min(rounds, min(totals)))
         for r in range(rounds):
             for i, c in enumerate(conns):
                 c.send(totals[i] * (r + 1) // rounds - totals[i] * r // rounds)
-                lats[i] += c.recv()
+                turns[i].append(c.recv())
         results = []
-        for c, lat in zip(conns, lats, strict=True):
+        for c, graph_turns in zip(conns, turns, strict=True):
             c.send(None)
             info = c.recv()
-            audio_s = len(lat) * info["chunk"] / info.pop("rate")
+            per_s = info["chunk"] / info.pop("rate")  # audio seconds per call
+            lat = [x for turn in graph_turns for x in turn]
             p99 = sorted(lat)[int(0.99 * (len(lat) - 1))]
-            results.append({**info, "rtf": sum(lat) / audio_s, "latency_ms_median": 1e3 * statistics.median(lat),
-                            "latency_ms_p99": 1e3 * p99, "rounds": rounds})  # fmt: skip
+            results.append({**info, "rtf": sum(lat) / (len(lat) * per_s), "rounds": rounds,
+                            "rtf_rounds": [sum(t) / (len(t) * per_s) for t in graph_turns],
+                            "latency_ms_median": 1e3 * statistics.median(lat),
+                            "latency_ms_p99": 1e3 * p99})  # fmt: skip
         return results
     finally:
         for proc in procs:

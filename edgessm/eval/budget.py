@@ -3,7 +3,7 @@ every compute budget ``K`` it was exported at (torch-free).
 
 Each budget graph (``NAME.kK.onnx``, ``NAME.onnx`` at ``K̄``) is evaluated with the clip protocol of
 :mod:`.kws` (Speech Commands test: exact class and the 12-class protocol) and benchmarked on one
-thread (:func:`edgessm.bench.models.measure`: real-time factor, chunk latency). Other models (the
+thread (:func:`edgessm.bench.models.measure_all`: real-time factor, chunk latency). Other models (the
 ablations: no gate, no budget dropout) can be swept alongside on the same clips.
 """
 
@@ -25,11 +25,11 @@ def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_second
     """``models``: ``(label, {K: graph})`` each. Returns ``{"sets", "rtf_seconds", "rows"}``, one row per
     model and budget (``accuracy``/``sc12`` per set, ``rtf`` and latencies from a single-thread benchmark).
 
-    The speed of the graphs is measured after all accuracies, in ``rtf_rounds`` rounds that each stream
-    ``rtf_seconds / rtf_rounds`` of audio through every graph in turn, each round starting at another
-    graph; a row's ``rtf`` is the median of its rounds (``rtf_rounds`` keeps them all), so a busy spell
-    of the machine slows one round of every graph alike instead of one graph."""
-    from edgessm.bench.models import measure
+    The speed of the graphs is measured after all accuracies by :func:`edgessm.bench.models.measure_all`:
+    every graph in turn over ``rtf_rounds`` rounds of ``rtf_seconds / rtf_rounds`` of audio; a row's ``rtf``
+    is the median of its rounds (``rtf_rounds`` keeps them all), so a busy spell of the machine slows one
+    round of every graph alike instead of one graph."""
+    from edgessm.bench.models import measure_all
 
     rows = []
     skipped: dict[str, str] = {}
@@ -61,20 +61,14 @@ def sweep(models: list[tuple[str, dict[int, Path]]], sets: list[str], rtf_second
                 log(f"{label} K={k}: {acc or 'no clips'}")
             rows.append(row)
     if rtf_seconds > 0 and rows:
-        rounds = max(1, rtf_rounds)
-        for r in range(rounds):
-            shift = r * len(rows) // rounds  # each round starts at another graph: the first call of a round ran slow
-            for row in rows[shift:] + rows[:shift]:
-                bench = measure(row["graph"], rtf_seconds / rounds, threads=1)
-                row.setdefault("rtf_rounds", []).append(bench["rtf"])
-                row.setdefault("_latency", []).append(bench["latency_ms_median"])
-                row["chunk"] = bench["chunk"]
-            if log:
-                done = ", ".join(f"{row['model']} K={row['budget']} {row['rtf_rounds'][r]:.4f}" for row in rows)
-                log(f"speed round {r + 1}/{rounds}: {done}")
-        for row in rows:
-            row["rtf"] = statistics.median(row["rtf_rounds"])
-            row["latency_ms_median"] = statistics.median(row.pop("_latency"))
+        speeds = measure_all([row["graph"] for row in rows], rtf_seconds, threads=1, rounds=max(1, rtf_rounds))
+        for row, bench in zip(rows, speeds, strict=True):
+            row["rtf_rounds"] = bench["rtf_rounds"]
+            row["rtf"] = statistics.median(bench["rtf_rounds"])
+            row["latency_ms_median"] = bench["latency_ms_median"]
+            row["chunk"] = bench["chunk"]
+        if log:
+            log("speed: " + ", ".join(f"{row['model']} K={row['budget']} {row['rtf']:.4f}" for row in rows))
     return {"sets": [s for s in sets if s not in skipped], "rtf_seconds": rtf_seconds, "rows": rows}
 
 

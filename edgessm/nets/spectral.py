@@ -89,13 +89,12 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         self.register_buffer("analysis", window[:, None] * forward, persistent=False)  # (n_fft, 2 bins)
         self.register_buffer("synthesis", inverse * window[None, :], persistent=False)  # (2 bins, n_fft)
         self.register_buffer("band_power", erb_filterbank(n_fft, cfg.bands).T.contiguous(), persistent=False)
-        self.register_buffer("band_spread", erb_expansion(n_fft, cfg.bands), persistent=False)  # (bands, bins)
-        # The same two maps on [Re | Im] spectra, one matrix each (one MatMul per frame in the graph):
-        # squared [Re | Im] -> [band powers | fine-bin powers], and gains -> a gain for every [Re | Im] entry
+        # Two maps on [Re | Im] spectra, one matrix each (one MatMul per frame in the graph): squared
+        # [Re | Im] -> [ERB band powers | fine-bin powers], and those gains -> a gain for every [Re | Im] entry
         fine = torch.eye(bins, cfg.fine_bins)  # bin i <- fine gain / power i
         per_bin = torch.cat([self.band_power, fine], dim=1)  # (bins, bands + fine)
         self.register_buffer("power_map", torch.cat([per_bin, per_bin]), persistent=False)  # (2 bins, features)
-        spread = self.band_spread.clone()
+        spread = erb_expansion(n_fft, cfg.bands)  # (bands, bins): each band's gain spread over its bins
         spread[:, : cfg.fine_bins] = 0.0  # the fine bins take their own gains only
         gain_map = torch.cat([spread, fine.T])  # (bands + fine, bins)
         self.register_buffer("gain_map", torch.cat([gain_map, gain_map], dim=1), persistent=False)  # (., 2 bins)
@@ -186,7 +185,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
 
     def _masked(self, spec: Tensor, gains: Tensor) -> Tensor:
         """Spectra ``(B, m, 2 bins)`` times gains ``(B, m, bands + fine_bins)``: band gains spread over their
-        bins (``band_spread``), the fine bins' own gains below, the same gain on ``Re`` and ``Im``."""
+        bins (:func:`~edgessm.dsp.erb_expansion`), the fine bins' own gains below, the same gain on ``Re``
+        and ``Im``."""
         return spec * (gains @ self.gain_map)
 
     def _low(self, spec: Tensor) -> Tensor:

@@ -58,8 +58,6 @@ class LexiconDecoder:
             raise ValueError(f"the labels have no word separator {space!r}")
         self.words, self.blank, self.space, self.word_bonus = words, blank, index[space], word_bonus
         self.one_word = one_word
-        self.labels, self.space_label = list(labels), space
-        self._single: dict[int, LexiconDecoder] = {}  # one_word: a decoder of the chosen word, for its frames
         # states: 0 = silence (blank before any word), 1 = space, then every word's 2L + 1 CTC states
         emit, word_of, pos_of, starts = [blank, self.space], [-1, -1], [-1, -1], []
         for k, w in enumerate(words):
@@ -94,24 +92,24 @@ class LexiconDecoder:
         all-blank is more probable; its frames come from its best alignment, its ``confidence`` is its share of
         the probability of all the words and of nothing."""
         lp = np.asarray(log_probs, np.float64)
-        frames = lp.shape[1]
-        if frames == 0:
+        if lp.shape[1] == 0:
             return []
-        if self.one_word and len(self.words) > 1:
-            scores, nothing = self.word_scores(lp)
-            k = int(np.argmax(scores))
-            if scores[k] <= nothing:
-                return []
-            if k not in self._single:
-                self._single[k] = LexiconDecoder(self.labels, [self.words[k]], self.word_bonus, self.blank,
-                                                 self.space_label, one_word=True)  # fmt: skip
-            every = np.append(scores, nothing)
-            share = float(np.exp(scores[k] - np.logaddexp.reduce(every)))
-            return [replace(w, confidence=share) for w in self._single[k].decode(lp)]
-        n = len(self.emit)
+        if not self.one_word:
+            return self._viterbi(lp)
+        scores, nothing = self.word_scores(lp)
+        k = int(np.argmax(scores))
+        if scores[k] <= nothing:
+            return []
+        share = float(np.exp(scores[k] - np.logaddexp.reduce(np.append(scores, nothing))))
+        return [replace(w, confidence=share) for w in self._viterbi(lp, word=k)]
+
+    def _viterbi(self, lp: np.ndarray, word: int | None = None) -> list[DecodedWord]:
+        """The best path through the word loop (``word``: through that word only, which it must contain)."""
+        frames, n = lp.shape[1], len(self.emit)
+        entries = self.entries if word is None else np.array([self.starts[word], self.starts[word] + 1])
         score = np.full(n, NEG)
         score[0] = lp[self.blank, 0]
-        score[self.entries] = lp[self.emit[self.entries], 0] + self.word_bonus
+        score[entries] = lp[self.emit[entries], 0] + self.word_bonus
         back = np.zeros((frames, n), np.int32)
         back[0] = np.arange(n)
         idx = np.arange(n)
@@ -131,11 +129,14 @@ class LexiconDecoder:
             gates = np.array([0]) if self.one_word else np.concatenate([[0, 1], self.trailing])
             g = int(gates[np.argmax(score[gates])])
             enter = score[g] + self.word_bonus
-            better = enter > best[self.entries]
-            best[self.entries[better]], arg[self.entries[better]] = enter, g
+            better = enter > best[entries]
+            best[entries[better]], arg[entries[better]] = enter, g
             score = best + lp[self.emit, t]
             back[t] = arg
-        finals = np.concatenate([[0, 1], self.last_letter, self.trailing])
+        if word is None:
+            finals = np.concatenate([[0, 1], self.last_letter, self.trailing])
+        else:
+            finals = np.array([self.last_letter[word], self.trailing[word]])
         s = int(finals[np.argmax(score[finals])])
         path = np.empty(frames, np.int64)
         for t in range(frames - 1, -1, -1):

@@ -65,7 +65,7 @@ def _fail(message: str) -> SystemExit:
 
 def _word_json(w) -> dict:
     out = {"word": w.text, "start": round(w.start_s, 2), "end": round(w.end_s, 2)}
-    if getattr(w, "confidence", None) is not None:  # --one-word: the word's share of the probability
+    if w.confidence is not None:  # --one-word: the word's share of the probability
         out["confidence"] = round(w.confidence, 3)
     return out
 

@@ -241,11 +241,12 @@ def _grouped_vecmat(z: Tensor, w: Tensor, shape: tuple[int, ...]) -> Tensor:
     """
     k, c = int(w.shape[-2]), int(w.shape[-1])
     groups = math.prod(int(d) for d in w.shape[:-2])
+    wt = w.reshape(groups, k, c).transpose(1, 2)  # (G, C, K): a constant when exported
     if k <= SUM_K:
-        wt = w.reshape(groups, k, c).transpose(1, 2)  # (G, C, K): a constant when exported
         return (z.reshape(int(z.shape[0]), groups, 1, k) * wt).sum(-1).reshape(shape)
-    weight = w.reshape(groups, k, c).transpose(1, 2).reshape(groups * c, k, 1)
-    return F.conv1d(z.reshape(int(z.shape[0]), groups * k, 1), weight, groups=groups).reshape(shape)
+    return F.conv1d(z.reshape(int(z.shape[0]), groups * k, 1), wt.reshape(groups * c, k, 1), groups=groups).reshape(
+        shape
+    )
 
 
 def _orbit(phi: Tensor, v: Tensor, count: int) -> Tensor:

@@ -64,6 +64,12 @@ class FilterbankFront(Streamable):
         self.rate = Fraction(1, pool)
         self.chunk_multiple = pool
 
+    def _energy(self, y: Tensor) -> Tensor:
+        """Band outputs ``(B, F, T)`` -> mean energies ``(B, F, T / pool)`` (a ReduceMean when exported:
+        onnxruntime's AveragePool is ~10x slower on these shapes)."""
+        b, c, t = (int(n) for n in y.shape)
+        return (y * y).reshape(b, c, t // self.pool, self.pool).mean(-1)
+
     def _compress(self, energy: Tensor) -> Tensor:
         """Mean band energies ``(B, F, frames)`` -> normalised log energies."""
         return (torch.log(energy + self.floor) - self.shift[:, None]) * self.gain[:, None]
@@ -71,8 +77,7 @@ class FilterbankFront(Streamable):
     def forward(self, x: Tensor) -> Tensor:
         _check_length(self, x)
         y = self.ssm(x)  # the resonators die out within a few thousand samples: short FFTs (live_length)
-        b, c, t = (int(n) for n in y.shape)
-        return self._compress((y * y).reshape(b, c, t // self.pool, self.pool).mean(-1))
+        return self._compress(self._energy(y))
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(f"ssm.{n}", s) for n, s in self.ssm.state_shapes()]
@@ -80,9 +85,7 @@ class FilterbankFront(Streamable):
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
         y, state = self.ssm.step(x, state)
-        b, c, t = (int(n) for n in y.shape)
-        # the mean as in forward (a ReduceMean when exported: onnxruntime's AveragePool is ~10x slower here)
-        return self._compress((y * y).reshape(b, c, t // self.pool, self.pool).mean(-1)), state
+        return self._compress(self._energy(y)), state
 
     def counts(self) -> Counts:
         """Filters, plus a square and an add per band and sample, plus log and affine per band and frame."""
