@@ -67,3 +67,17 @@ def test_loader_workers_run_numpy_on_one_thread() -> None:
     pytest.importorskip("threadpoolctl")
     loader = loader_for(_Task(), _BlasThreads(), StepSampler(4, 2, 2, seed=0), workers=2)
     assert [b["threads"].tolist() for b in loader] == [[1, 1], [1, 1]]
+
+
+def test_device_augmentation_rows(tmp_path: Path, capsys) -> None:
+    cfg = tmp_path / "kws.toml"
+    folder = speech_commands_folder(tmp_path / "sc", speakers=4)
+    cfg.write_text(KWS.format(folder=folder) + '[augment]\nmic_prob = 0.5\nnoise_prob = 0.0\n')
+    args = [str(cfg), "--workers", "0", "--batches", "2", "--items", "8", "--device-augment", "--device", "cpu"]
+    assert run("loader", args) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"one core, planned examples \(train.device_augment\): [\d,]+ examples/s", text)
+    assert re.search(r"device tail on cpu, batch 4: [\d.]+ ms \([\d,]+ examples/s\), echo [\d.]+ ms", text)
+    cfg.write_text(KWS.format(folder=folder))  # no [augment]: nothing to move
+    with pytest.raises(SystemExit, match="no augmentation to run on the device"):
+        run("loader", [str(cfg), "--workers", "0", "--items", "4", "--device-augment", "--device", "cpu"])

@@ -11,6 +11,10 @@ loader (:meth:`Trainer.loader_for`: the same sampler, collate, worker set-up and
 the loader's examples/s over ``workers x`` the single-core rate: well below 1 means the loader, not the
 example making, is the limit (the main process, memory copies, too few cores). Compare the ``loader
 examples/s`` with ``batch / step s`` of ``bench trainstep`` for the same recipe and batch.
+
+``--device-augment`` measures ``train.device_augment`` too: the one-core rate of examples that stop at the
+augmentation's plan (the loader's share), the batched tail's time per batch on ``--device`` (first use and
+an echo), and the loader rows with planned examples.
 """
 
 from __future__ import annotations
@@ -39,7 +43,32 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--batches", type=int, default=10, help="timed batches per worker count (after the first)")
     ap.add_argument("--items", type=int, default=200, help="examples made in this process for the one-core rate")
     ap.add_argument("--profile", action="store_true", help="where the one-core time goes (cProfile, top 15)")
+    ap.add_argument(
+        "--device-augment",
+        action="store_true",
+        help="also measure train.device_augment: planned examples and the batched tail on --device",
+    )
+    ap.add_argument("--device", default="auto", help="where --device-augment mixes: auto (CUDA if present), cpu, cuda")
     return ap
+
+
+def _device_stage(mixer, batch: dict, device: torch.device, repeats: int = 5) -> tuple[float, float]:
+    """Seconds per batch of the device tail: first use and an echo (best of ``repeats``, device synced)."""
+    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+    generator = torch.Generator(device=device).manual_seed(0)
+    times = []
+    for echo in (False, True):
+        best = float("inf")
+        for _ in range(repeats + 1):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            mixer(batch, generator, echo=echo)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            best = min(best, time.perf_counter() - t0)
+        times.append(best)
+    return times[0], times[1]
 
 
 def _one_core(task, dataset, batch: int, items: int, profile: bool) -> tuple[float, str]:
@@ -107,6 +136,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one core, in this process: {rate:,.0f} examples/s ({1e3 / rate:.2f} ms each)")
     if profile:
         print(profile)
+    if args.device_augment:
+        device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                              "cpu" if args.device == "auto" else args.device)  # fmt: skip
+        mixer = task.device_mixer(device)
+        if mixer is None:
+            raise SystemExit(f"loader: the {cfg.task} recipe has no augmentation to run on the device")
+        full = rate
+        rate, profile = _one_core(task, dataset, batch, args.items, args.profile)
+        print(f"one core, planned examples (train.device_augment): {rate:,.0f} examples/s ({1e3 / rate:.2f} ms "
+              f"each, {rate / full:.2f}x)")  # fmt: skip
+        if profile:
+            print(profile)
+        sample = task.collate([dataset[(k * 7919 % len(dataset), k)] for k in range(batch)])
+        first, again = _device_stage(mixer, sample, device)
+        print(f"device tail on {device}, batch {batch}: {1e3 * first:.2f} ms ({batch / first:,.0f} examples/s), "
+              f"echo {1e3 * again:.2f} ms")  # fmt: skip
     print(f"{'workers':>7} {'start s':>8} {'loader examples/s':>18} {'efficiency':>10}")
     for w in workers:
         row = _through_loader(lambda d, s, n: loader_for(task, d, s, n), dataset, batch, args.batches, w)

@@ -45,6 +45,7 @@ __all__ = [
     "DenoiseAugmentConfig",
     "KwsAugment",
     "KwsAugmentConfig",
+    "KwsMix",
     "MicResponseConfig",
     "NoiseBank",
     "NoiseSourceConfig",
@@ -54,6 +55,7 @@ __all__ = [
     "SpecMaskConfig",
     "add_noise",
     "apply_gain",
+    "apply_mic_response",
     "babble",
     "band_limit",
     "build_clip_augment",
@@ -61,11 +63,14 @@ __all__ = [
     "build_rir_bank",
     "colored_noise",
     "config_from_dict",
+    "draw_mic_response",
     "draw_noise",
     "level_dbfs",
+    "max_mic_sections",
     "mix_at",
     "mix_for_denoising",
     "peaking_eq",
+    "peaking_sos",
     "random_gain",
     "random_mic_response",
     "random_shift",
@@ -358,17 +363,22 @@ def butterworth_sos(order: int, cutoff_hz: float, kind: str = "lowpass", sr: int
     return np.array(sections)
 
 
-def peaking_eq(x: np.ndarray, freq_hz: float, gain_db: float, q: float = 1.0, sr: int = SAMPLE_RATE) -> np.ndarray:
-    """One peaking-EQ biquad (RBJ cookbook): ``gain_db`` at ``freq_hz``, bandwidth set by ``q``. float32."""
-    from scipy import signal
-
+def peaking_sos(freq_hz: float, gain_db: float, q: float = 1.0, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """One peaking-EQ biquad (RBJ cookbook) as a second-order section ``(1, 6)``: ``gain_db`` at
+    ``freq_hz``, bandwidth set by ``q``."""
     a = 10.0 ** (gain_db / 40.0)
     w0 = 2 * np.pi * freq_hz / sr
     alpha = np.sin(w0) / (2 * q)
     b = np.array([1 + alpha * a, -2 * np.cos(w0), 1 - alpha * a])
     den = np.array([1 + alpha / a, -2 * np.cos(w0), 1 - alpha / a])
-    sos = np.concatenate([b, den])[None] / den[0]
-    return signal.sosfilt(sos, np.asarray(x, np.float64), axis=-1).astype(np.float32)
+    return np.concatenate([b, den])[None] / den[0]
+
+
+def peaking_eq(x: np.ndarray, freq_hz: float, gain_db: float, q: float = 1.0, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """One peaking-EQ biquad (:func:`peaking_sos`) applied to ``x (..., T)``. float32."""
+    from scipy import signal
+
+    return signal.sosfilt(peaking_sos(freq_hz, gain_db, q, sr), np.asarray(x, np.float64), axis=-1).astype(np.float32)
 
 
 @dataclass
@@ -387,21 +397,45 @@ class MicResponseConfig:
     peak_q: tuple[float, float] = (0.5, 3.0)
 
 
+def draw_mic_response(rng: np.random.Generator, config: MicResponseConfig | None = None,
+                      sr: int = SAMPLE_RATE) -> np.ndarray:  # fmt: skip
+    """A random microphone response as second-order sections ``(S, 6)`` (``S = 0``: flat): optional
+    Butterworth low- and high-pass, then 0-2 peaking EQ bands (what :func:`random_mic_response` applies)."""
+    cfg = config or MicResponseConfig()
+    lp = _loguniform(rng, cfg.lowpass_hz) if rng.random() < cfg.lowpass_prob else None
+    hp = _loguniform(rng, cfg.highpass_hz) if rng.random() < cfg.highpass_prob else None
+    sections = [np.zeros((0, 6))]
+    if lp is not None and lp < 0.49 * sr:
+        sections.append(butterworth_sos(cfg.order, lp, "lowpass", sr))
+    if hp is not None:
+        sections.append(butterworth_sos(cfg.order, hp, "highpass", sr))
+    for _ in range(int(rng.integers(cfg.n_peaks[0], cfg.n_peaks[1] + 1))):
+        f0 = min(_loguniform(rng, cfg.peak_hz), 0.45 * sr)
+        sections.append(peaking_sos(f0, float(rng.uniform(*cfg.peak_gain_db)), float(rng.uniform(*cfg.peak_q)), sr))
+    return np.concatenate(sections)
+
+
+def max_mic_sections(config: MicResponseConfig | None = None) -> int:
+    """The most sections :func:`draw_mic_response` returns under ``config``."""
+    cfg = config or MicResponseConfig()
+    return 2 * ((cfg.order + 1) // 2) + cfg.n_peaks[1]
+
+
+def apply_mic_response(x: np.ndarray, sos: np.ndarray) -> np.ndarray:
+    """``x (T,)`` through the sections ``sos (S, 6)`` (float64, causal), back at ``x``'s RMS level. float32."""
+    from scipy import signal
+
+    x64 = np.asarray(x, np.float64)
+    y = signal.sosfilt(sos, x64, axis=-1) if len(sos) else x64
+    return _rms_match(y, x64)
+
+
 def random_mic_response(
     x: np.ndarray, rng: np.random.Generator, config: MicResponseConfig | None = None, sr: int = SAMPLE_RATE
 ) -> np.ndarray:
-    """A random microphone response on ``x (..., T)``: optional low/high-pass, then 0-2 peaking
-    EQ bands; the output keeps the input's RMS level. float32, same shape."""
-    cfg = config or MicResponseConfig()
-    x64 = np.asarray(x, np.float64)
-    lp = _loguniform(rng, cfg.lowpass_hz) if rng.random() < cfg.lowpass_prob else None
-    hp = _loguniform(rng, cfg.highpass_hz) if rng.random() < cfg.highpass_prob else None
-    lp = None if lp is not None and lp >= 0.49 * sr else lp
-    y = band_limit(x64, lp, hp, cfg.order, sr, keep_level=False)
-    for _ in range(int(rng.integers(cfg.n_peaks[0], cfg.n_peaks[1] + 1))):
-        f0 = min(_loguniform(rng, cfg.peak_hz), 0.45 * sr)
-        y = peaking_eq(y, f0, float(rng.uniform(*cfg.peak_gain_db)), float(rng.uniform(*cfg.peak_q)), sr)
-    return _rms_match(np.asarray(y, np.float64), x64)
+    """A random microphone response (:func:`draw_mic_response`) on ``x (T,)``; the output keeps the
+    input's RMS level. float32, same shape."""
+    return apply_mic_response(x, draw_mic_response(rng, config, sr))
 
 
 def _loguniform(rng: np.random.Generator, bounds: tuple[float, float]) -> float:
@@ -696,6 +730,11 @@ class KwsAugment:
         self.music = music
 
     def __call__(self, audio: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.finish(self.plan(audio, rng))
+
+    def plan(self, audio: np.ndarray, rng: np.random.Generator) -> KwsMix:
+        """Every random draw of one augmentation (in ``__call__``'s order) with speed and shift done:
+        what :meth:`finish` applies here, or :class:`edgessm.train.device_mix.DeviceMixer` to a batch."""
         cfg = self.config
         x = np.asarray(_mono(audio), np.float32)
         t = x.shape[0]
@@ -703,23 +742,63 @@ class KwsAugment:
             x = random_speed(x, rng, cfg.speed_factors, self.sr)
         if rng.random() < cfg.shift_prob:
             x = random_shift(x, rng, round(cfg.max_shift_s * self.sr), cfg.circular_shift)
+        mix = KwsMix(speech=x)
         if self.rir_bank is not None and rng.random() < cfg.reverb_prob:
-            x = self.rir_bank.apply(x, rng)
+            mix.rir = self.rir_bank.sample_index(rng)
         if rng.random() < cfg.noise_prob:
-            noise = draw_noise(t, rng, cfg.noise, self.noise_bank, self.babble_speech, self.music)
-            if _power(x) > _SILENT_POWER:
-                x = add_noise(x, noise, float(rng.uniform(*cfg.snr_db)))
-            else:
-                x = (x + set_level(noise, float(rng.uniform(*cfg.silence_noise_dbfs)))).astype(np.float32)
+            mix.noise = draw_noise(t, rng, cfg.noise, self.noise_bank, self.babble_speech, self.music)
+            mix.level_u = float(rng.random())  # rng.uniform(lo, hi) is lo + (hi - lo) * rng.random()
         if rng.random() < cfg.mic_prob:
-            x = random_mic_response(x, rng, cfg.mic, self.sr)
+            mix.mic = draw_mic_response(rng, cfg.mic, self.sr)
         if rng.random() < cfg.gain_prob:
-            x = random_gain(x, rng, cfg.gain_db)
+            mix.gain_db = float(rng.uniform(*cfg.gain_db))
         if rng.random() < cfg.mask_prob:
-            x = random_spec_mask(x, rng, cfg.mask, self.sr)
+            mix.mask = sample_spec_masks(t, rng, cfg.mask, self.sr)
+        return mix
+
+    def finish(self, mix: KwsMix) -> np.ndarray:
+        """The augmented clip ``(T,)`` float32 of a :meth:`plan`: reverb, noise at the drawn SNR (at the
+        drawn level on silence), microphone response, gain, masks, clipping."""
+        cfg = self.config
+        x = mix.speech
+        if mix.rir >= 0:
+            x = reverb(x, self.rir_bank[mix.rir], self.rir_bank.directs[mix.rir])
+        if mix.noise is not None:
+            if _power(x) > _SILENT_POWER:
+                x = add_noise(x, mix.noise, _uniform(cfg.snr_db, mix.level_u))
+            else:
+                x = (x + set_level(mix.noise, _uniform(cfg.silence_noise_dbfs, mix.level_u))).astype(np.float32)
+        if mix.mic is not None:
+            x = apply_mic_response(x, mix.mic)
+        if mix.gain_db is not None:
+            x = apply_gain(x, mix.gain_db)
+        if mix.mask is not None:
+            x = spec_mask(x, *mix.mask, cfg.mask.n_fft, cfg.mask.hop, self.sr)
         if cfg.clip:
             x = np.clip(x, -1.0, 1.0)
         return x.astype(np.float32, copy=False)
+
+
+@dataclass
+class KwsMix:
+    """One :class:`KwsAugment` draw after speed and shift: the clip and what is still to be applied to it.
+
+    ``speech (T,)`` float32; ``rir`` the RIR bank index (-1: no reverb); ``noise (T,)`` the drawn noise
+    (``None``: none) mixed at the SNR ``lo + (hi - lo) * level_u`` of ``snr_db`` (the level of
+    ``silence_noise_dbfs`` on a silent clip); ``mic (S, 6)`` a microphone response's sections (``None``:
+    none); ``gain_db`` (``None``: none); ``mask`` (time spans, frequency bands) (``None``: none)."""
+
+    speech: np.ndarray
+    rir: int = -1
+    noise: np.ndarray | None = None
+    level_u: float = 0.0
+    mic: np.ndarray | None = None
+    gain_db: float | None = None
+    mask: tuple[list[tuple[int, int]], list[tuple[float, float]]] | None = None
+
+
+def _uniform(bounds: tuple[float, float], u: float) -> float:
+    return bounds[0] + (bounds[1] - bounds[0]) * u
 
 
 class DenoiseAugment:

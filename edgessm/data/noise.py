@@ -183,10 +183,16 @@ def hum_clicks(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, lev
         return np.zeros(max(0, length), np.float32)
     t = np.arange(length) / sr
     f0 = (50.0 if rng.random() < 0.5 else 60.0) * (1 + rng.uniform(-0.01, 0.01))
-    out = np.zeros(length, np.float64)
+    coefs = []  # harmonic k: amp_k sin(2 pi k f0 t + phase_k), the imaginary part of c_k z^k, z = e^(2 pi i f0 t)
     for k in range(1, int(1000 // f0) + 1):
         amp = rng.uniform(0.1, 1.0) * k ** -rng.uniform(0.3, 1.5) * (1.0 if k % 2 else rng.uniform(0.2, 1.0))
-        out += amp * np.sin(2 * np.pi * k * f0 * t + rng.uniform(0, 2 * np.pi))
+        coefs.append(amp * np.exp(1j * rng.uniform(0, 2 * np.pi)))
+    z = np.exp(2j * np.pi * f0 * t)
+    acc = np.full(length, coefs[-1])  # Horner: one complex multiply-add per harmonic instead of a sine
+    for c in coefs[-2::-1]:
+        acc *= z
+        acc += c
+    out = (acc * z).imag
     out *= 1 + 0.2 * np.sin(2 * np.pi * rng.uniform(0.1, 1.0) * t)
     out = out / (np.sqrt(np.mean(out**2)) + 1e-12)
     out += 10 ** (rng.uniform(-40, -20) / 20) * rng.standard_normal(length)

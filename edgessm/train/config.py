@@ -51,6 +51,12 @@ class RunConfig:
     workers: int = 2
     eval_batches: int = 0  # 0: the whole validation set
     time_limit_min: float = 0.0  # fit the run into this wall time: steps (and schedule) shrink to the measured rate
+    # the augmentation's tail (reverb, noise mixing, microphone, gain) batched on the training device
+    # (train/device_mix.py): "auto" (on CUDA, for tasks that have it), "on", "off"
+    device_augment: str = "auto"
+    # each loaded batch trains this many steps, its noise, room, microphone, SNR and gain re-drawn on the
+    # device for every repeat (needs device_augment): for a GPU the loader cannot keep busy
+    echo: int = 1
 
 
 @dataclass

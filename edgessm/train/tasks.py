@@ -45,6 +45,7 @@ from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords, stream_
 from edgessm.nets import build_network
 
 from .config import TrainConfig
+from .device_mix import DeviceMixer, mix_fields
 from .distill import HOP, TEACHER_DIM, Placement, TeacherFeatures, distill_loss, stack_targets, teacher_targets
 from .losses import erb_spectral_loss, multires_spectral_loss, si_sdr
 from .sampler import item_rng
@@ -178,6 +179,12 @@ class Task:
     def collate(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         return {k: torch.stack([torch.as_tensor(it[k]) for it in items]) for k in items[0]}
 
+    def device_mixer(self, device: torch.device) -> DeviceMixer | None:
+        """The batched augmentation tail on ``device`` (``train.device_augment``); call before
+        :meth:`train_set`, whose examples then carry the drawn plan instead of the finished audio.
+        ``None``: this task augments in the loader only."""
+        return None
+
     def loss(self, net: nn.Module, batch: dict[str, Tensor], progress: float) -> tuple[Tensor, dict[str, float]]:
         raise NotImplementedError
 
@@ -264,9 +271,29 @@ class KwsTask(Task):
             labels += [c for c in (UNKNOWN, SILENCE) if c not in labels]
         self.labels = labels
         self._prepared = False
+        self._deferred: int | None = None  # with device mixing: the batch's microphone sections (device_mixer)
 
     def model_config(self) -> dict[str, Any]:
         return {**self.cfg.model, "num_classes": len(self.labels)}
+
+    def device_mixer(self, device: torch.device) -> DeviceMixer | None:
+        self._prepare()
+        if self.augment is None:
+            return None
+        mixer = DeviceMixer(self.augment, self.data.clip_samples, device)
+        self._deferred = mixer.sections  # the task keeps no device tensors: loader processes fork from it
+        return mixer
+
+    def _augmented(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
+        """The augmented clip, or with device mixing the planned one and its ``mix_*`` fields."""
+        if self._deferred is None:
+            return self.augment(x, rng), {}
+        mix = self.augment.plan(x, rng)
+        return mix.speech, mix_fields(mix, self.data.clip_samples, self._deferred)
+
+    def _unaugmented(self, split: str) -> dict[str, Any]:
+        deferred = self._deferred is not None and split == "train"
+        return mix_fields(None, self.data.clip_samples, self._deferred) if deferred else {}
 
     def describe(self) -> dict[str, Any]:
         desc = {**super().describe(), "labels": self.labels, "clip_samples": self.data.clip_samples}
@@ -390,9 +417,11 @@ class KwsTask(Task):
         if index >= n + self._n_silence(n):  # a hard negative: a window of a keyword-free sentence
             r = rng if rng is not None else item_rng(index)
             x = self.sentences.random_crop(int(r.integers(len(self.sentences))), length, r)
+            mix = self._unaugmented(split)
             if self.augment is not None:
-                x = self.augment(x, r)
-            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN), "positive_from": 0}
+                x, mix = self._augmented(x, r)
+            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN), "positive_from": 0,
+                    **mix}  # fmt: skip
         if index >= n:  # a silence example: background noise (or near-digital silence) at a random level
             r = rng if rng is not None else item_rng(index)
             if self.noises is not None and len(self.noises) and r.random() < 0.8:
@@ -400,7 +429,8 @@ class KwsTask(Task):
                 x = x * 10 ** (r.uniform(-40, -5) / 20) / max(1e-4, float(np.abs(x).max()))
             else:
                 x = r.normal(0, 10 ** (r.uniform(-80, -50) / 20), length)
-            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(SILENCE), "positive_from": 0}
+            return {"audio": x.astype(np.float32)[None], "label": self.labels.index(SILENCE), "positive_from": 0,
+                    **self._unaugmented(split)}  # fmt: skip
         if split == "train":
             index = self.train_order[index]
         offset = 0 if split == "train" else self.n_train
@@ -408,10 +438,11 @@ class KwsTask(Task):
         x = _crop_or_place(self.store[clip_idx], length, rng)
         # where the word has been said (clean audio, before shift/speed augmentation: the tolerance covers them)
         word_end = speech_bounds(x)[1] if self.labels[label] not in (UNKNOWN, SILENCE) else 0
+        mix = self._unaugmented(split)
         if rng is not None and self.augment is not None:
-            x = self.augment(x, rng)
+            x, mix = self._augmented(x, rng)
         positive_from = min(length - 1, word_end + int(self.data.frame_tolerance_s * SAMPLE_RATE))
-        return {"audio": x.astype(np.float32)[None], "label": label, "positive_from": positive_from}
+        return {"audio": x.astype(np.float32)[None], "label": label, "positive_from": positive_from, **mix}
 
     def _n_silence(self, n: int) -> int:
         return round(n * self.data.silence_fraction) if SILENCE in self.labels else 0

@@ -38,6 +38,7 @@ from edgessm.ssm.hades import auxiliary_loss
 
 from .allocator import keep_freed_memory
 from .config import TrainConfig, compile_mode
+from .device_mix import DeviceMixer
 from .sampler import StepSampler
 from .tasks import Task, build_task
 
@@ -295,6 +296,35 @@ class Trainer:
     def _loader(self, dataset, sampler) -> torch.utils.data.DataLoader:
         return loader_for(self.task, dataset, sampler, self.cfg.train.workers, pin_memory=self.device.type == "cuda")
 
+    def _device_mixer(self) -> DeviceMixer | None:
+        """The task's batched augmentation tail when ``train.device_augment`` asks for it (``auto``: on CUDA)."""
+        mode, echo = self.cfg.train.device_augment, self.cfg.train.echo
+        if mode not in ("auto", "on", "off"):
+            raise ValueError(f"train.device_augment must be auto, on or off, got {mode!r}")
+        if not isinstance(echo, int) or echo < 1:
+            raise ValueError(f"train.echo must be a whole number >= 1, got {echo!r}")
+        wanted = mode == "on" or (mode == "auto" and self.device.type == "cuda")
+        mixer = self.task.device_mixer(self.device) if wanted else None
+        if mode == "on" and mixer is None:
+            what = f"this {self.cfg.task} recipe has no augmentation to run on the device"
+            raise ValueError(f"train.device_augment = 'on': {what} (kws recipes with an [augment] section do); "
+                             "use 'auto' or 'off'")  # fmt: skip
+        if echo > 1 and mixer is None:
+            raise ValueError("train.echo > 1 re-draws each repeat's noise and room on the device: it needs "
+                             "train.device_augment 'on' (or 'auto' on CUDA) and a task that has it (kws)")  # fmt: skip
+        return mixer
+
+    def _batches(self, loader, mixer: DeviceMixer | None, echo: int):
+        """The loader's batches on the device, augmented there (``mixer``), each ``echo`` times."""
+        generator = None
+        if mixer is not None:
+            generator = torch.Generator(device=self.device)
+            generator.manual_seed(self.cfg.train.seed * 1_000_003 + self.step * 7 + self.rank)
+        for loaded in loader:
+            loaded = self._to_device(loaded)
+            for repeat in range(echo):
+                yield loaded if mixer is None else mixer(loaded, generator, echo=repeat > 0)
+
     def evaluate(self) -> dict[str, float]:
         """Validation metrics of the current weights (rank 0's view; ``score``: higher is better)."""
         self.model.eval()
@@ -313,9 +343,11 @@ class Trainer:
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        mixer = self._device_mixer()
+        echo = cfg.train.echo
         train_set = self.task.train_set()
         sampler = StepSampler(len(train_set), cfg.train.batch_size, cfg.train.steps, cfg.train.seed,
-                              start_step=self.step, rank=self.rank, world=self.world)  # fmt: skip
+                              start_step=self.step // echo, rank=self.rank, world=self.world)  # fmt: skip
         logger = _Logger(self.out, enabled=self.rank == 0, resume_step=self.step)
         old = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = None
@@ -333,8 +365,7 @@ class Trainer:
         checked = self.step
         self.model.train()
         try:
-            for batch in self._loader(train_set, sampler):
-                batch = self._to_device(batch)
+            for batch in self._batches(self._loader(train_set, sampler), mixer, echo):
                 budget = step_budget(self.model, cfg.train.seed, self.step, full_budget_steps)
                 with self._autocast():
                     loss, parts = self.task.loss(self.net, batch, self.step / max(1, self.total_steps))
