@@ -72,7 +72,7 @@ def test_loader_workers_run_numpy_on_one_thread() -> None:
 def test_device_augmentation_rows(tmp_path: Path, capsys) -> None:
     cfg = tmp_path / "kws.toml"
     folder = speech_commands_folder(tmp_path / "sc", speakers=4)
-    cfg.write_text(KWS.format(folder=folder) + '[augment]\nmic_prob = 0.5\nnoise_prob = 0.0\n')
+    cfg.write_text(KWS.format(folder=folder) + "[augment]\nmic_prob = 0.5\nnoise_prob = 0.0\n")
     args = [str(cfg), "--workers", "0", "--batches", "2", "--items", "8", "--device-augment", "--device", "cpu"]
     assert run("loader", args) == 0
     text = capsys.readouterr().out

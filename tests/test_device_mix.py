@@ -102,8 +102,12 @@ def test_kws_training_mixes_on_the_device_and_echoes(tmp_path: Path) -> None:
 
     folder = speech_commands_folder(tmp_path / "sc")
     cfg = kws_config(folder, steps=24, device_augment="on", echo=3)
-    cfg.augment = {"reverb_prob": 0.5, "rirs": {"simulated": 2, "cache_dir": str(tmp_path / "rirs")}, "mic_prob": 0.5,
-                   "speed_prob": 0.3}
+    cfg.augment = {
+        "reverb_prob": 0.5,
+        "rirs": {"simulated": 2, "cache_dir": str(tmp_path / "rirs")},
+        "mic_prob": 0.5,
+        "speed_prob": 0.3,
+    }
     trainer = Trainer(cfg, tmp_path / "run", device="cpu", progress=False)
     trainer.fit()
     losses = _losses(tmp_path / "run")
