@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.augment import KwsAugment, KwsMix, max_mic_sections
@@ -185,8 +186,6 @@ class DeviceMixer:
 
 
 def _poly_mul(p: Tensor, q: Tensor) -> Tensor:
-    """Row-wise product of polynomials in z^-1: ``p (B, m)`` times ``q (B, 3)`` -> ``(B, m + 2)``."""
-    out = p.new_zeros(p.shape[0], p.shape[1] + 2)
-    for j in range(3):
-        out[:, j : j + p.shape[1]] += p * q[:, j : j + 1]
-    return out
+    """Row-wise product of polynomials in z^-1: ``p (B, m)`` times ``q (B, 3)`` -> ``(B, m + 2)`` (one
+    grouped convolution: a group per row)."""
+    return F.conv1d(F.pad(p, (2, 2))[None], q.flip(-1)[:, None], groups=p.shape[0])[0]
