@@ -12,7 +12,7 @@ from test_train import _losses, kws_config
 
 from edgessm.data.augment import KwsAugment, KwsAugmentConfig, MicResponseConfig, NoiseSourceConfig, RirBank
 from edgessm.data.noise import NoiseBank
-from edgessm.train.device_mix import DeviceMixer, mix_fields
+from edgessm.train.device_mix import DeviceMixer, mix_fields, shuffle_within
 from edgessm.train.tasks import build_task
 from edgessm.train.trainer import Trainer
 
@@ -87,6 +87,18 @@ def test_echoes_re_pair_the_drawn_parts_among_augmented_examples(augment: KwsAug
     assert torch.equal(again, same)  # the generator decides
     changed = (again - first).abs().amax(-1)[:, 0] > 1e-6
     assert changed[on].float().mean() > 0.5 and not changed[~on].any()
+
+
+def test_shuffle_within_permutes_only_the_marked_positions() -> None:
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        on = torch.rand(17, generator=g) < 0.6
+        src = shuffle_within(on, g)
+        assert sorted(src.tolist()) == list(range(17))  # a permutation
+        assert torch.equal(src[~on], torch.nonzero(~on).flatten())  # unmarked positions keep their own
+        assert on[src[on]].all()  # marked positions draw from marked ones
+    on = torch.ones(50, dtype=torch.bool)
+    assert not torch.equal(shuffle_within(on, g), torch.arange(50))
 
 
 def test_device_mixer_refuses_what_it_cannot_do(augment: KwsAugment) -> None:

@@ -125,30 +125,19 @@ class DeviceMixer:
     def _repair(self, m: dict[str, Tensor], generator: torch.Generator | None) -> dict[str, Tensor]:
         """Another example's noise, room and microphone for every augmented example; fresh SNR and gain."""
         on = m["mix_on"]
-        idx = torch.nonzero(on).flatten()  # permutations among the augmented examples only
-        dev = on.device
         out = dict(m)
-
-        def permuted(*keys: str) -> None:
-            src = idx[torch.randperm(len(idx), generator=generator, device=dev)]
-            for k in keys:
-                v = out[k].clone()
-                v[idx] = m[k][src]
-                out[k] = v
-
-        permuted("mix_noise", "mix_has_noise")
-        permuted("mix_rir")
-        permuted("mix_mic", "mix_has_mic")
-        permuted("mix_has_gain")
-        u = torch.rand(on.shape, generator=generator, device=dev, dtype=torch.float64)
+        for keys in (("mix_noise", "mix_has_noise"), ("mix_rir",), ("mix_mic", "mix_has_mic"), ("mix_has_gain",)):
+            src = shuffle_within(on, generator)
+            out.update({k: m[k][src] for k in keys})
+        u = torch.rand(on.shape, generator=generator, device=on.device, dtype=torch.float64)
         out["mix_level_u"] = torch.where(on, u, m["mix_level_u"].double())
         lo, hi = self.cfg.gain_db
-        g = lo + (hi - lo) * torch.rand(on.shape, generator=generator, device=dev, dtype=torch.float64)
+        g = lo + (hi - lo) * torch.rand(on.shape, generator=generator, device=on.device, dtype=torch.float64)
         out["mix_gain_db"] = torch.where(on, g, m["mix_gain_db"].double())
         return out
 
     def _reverb(self, x: Tensor, rir: Tensor) -> Tensor:
-        if self.rir_spectra is None or not bool((rir >= 0).any()):
+        if self.rir_spectra is None:
             return x
         i = rir.clamp_min(0)
         y = torch.fft.irfft(torch.fft.rfft(x, n=self.n_rir) * self.rir_spectra[i], n=self.n_rir)
@@ -183,6 +172,20 @@ class DeviceMixer:
         keep = (px > SILENT_POWER) & (py > SILENT_POWER)
         scale = torch.where(keep, torch.sqrt(px / py.clamp_min(SILENT_POWER)), torch.ones_like(px))
         return y * scale[:, None].to(y.dtype)
+
+
+def shuffle_within(on: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Source indices ``(B,)`` of a random permutation of the positions where ``on (B,)`` is true; the
+    others map to themselves. Made without reading anything back to the host (no sync on a GPU): the
+    ``on`` positions sorted first in index order (``order``) and in random order (``shuffled``) pair up."""
+    b = on.shape[0]
+    rank = torch.arange(b, device=on.device, dtype=torch.float64) / b
+    order = torch.argsort((~on).double() * 2 + rank)  # on positions first, each group in index order
+    noise = torch.rand(b, generator=generator, device=on.device, dtype=torch.float64)
+    shuffled = torch.argsort((~on).double() * 2 + noise)  # on positions first, in random order
+    src = torch.empty_like(order)
+    src[order] = torch.where(on[order], shuffled, order)
+    return src
 
 
 def _poly_mul(p: Tensor, q: Tensor) -> Tensor:
