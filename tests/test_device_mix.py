@@ -89,6 +89,19 @@ def test_echoes_re_pair_the_drawn_parts_among_augmented_examples(augment: KwsAug
     assert changed[on].float().mean() > 0.5 and not changed[~on].any()
 
 
+def test_device_mixing_reads_nothing_back_from_the_device(augment: KwsAugment) -> None:
+    """On a GPU a value read back (``.item()``, ``bool()``, ``nonzero``) makes the host wait for every queued
+    kernel: on meta tensors, which hold no values, any such read raises."""
+    mixer = DeviceMixer(augment, T, "meta")
+    batch, _, _ = _batch(augment, DeviceMixer(augment, T), 6)
+    meta = {k: v.to("meta") for k, v in batch.items()}
+    for echo in (False, True):
+        out = mixer(meta, None, echo=echo)
+        assert out["audio"].shape == batch["audio"].shape and out["audio"].device.type == "meta"
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        bool(meta["mix_on"].any())  # the check has teeth
+
+
 def test_shuffle_within_permutes_only_the_marked_positions() -> None:
     g = torch.Generator().manual_seed(0)
     for _ in range(20):
