@@ -9,8 +9,9 @@ batch at once, on the device, in the CPU path's order (:meth:`KwsAugment.finish`
 1. reverb: FFT convolution with the drawn RIR (the bank's spectra computed once), aligned on its direct
    path and cut to the clip, as :func:`edgessm.data.rir.reverb`;
 2. noise at the drawn SNR over the clip's power (on a silent clip: at the drawn level);
-3. microphone response: the drawn second-order sections' frequency response applied by FFT (the
-   padding keeps the circular wrap below 1e-9 of the response for these filters), then the input's RMS;
+3. microphone response: the drawn second-order sections' frequency response applied by FFT on a grid
+   of 2T points (the slowest cascade the config can draw, a 50 Hz high-pass with narrow 150 Hz peaks, has
+   fallen below 1e-14 of its peak within 4,000 samples: nothing wraps onto the clip), then the input's RMS;
 4. gain, clipping to [-1, 1].
 
 **Echo** (``train.echo = E``): each loaded batch trains E steps. Every repeat re-pairs the batch's
