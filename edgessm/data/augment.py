@@ -27,6 +27,7 @@ import numpy as np
 from .audio import SAMPLE_RATE
 from .corpora import shared_data_dir
 from .noise import (
+    _SILENT_POWER,
     COLORS,
     NoiseBank,
     SpeechSource,
@@ -87,8 +88,6 @@ __all__ = [
     "spec_mask",
     "speed",
 ]
-
-_SILENT_POWER = 1e-10  # mean square below this (-100 dBFS) counts as silence
 
 
 # --- levels, shift, gain -------------------------------------------------------------------------

@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..data.augment import KwsAugment, KwsMix, max_mic_sections
+from ..data.noise import _SILENT_POWER as SILENT_POWER  # the CPU path's: -100 dBFS counts as silence
 
-SILENT_POWER = 1e-10  # as the CPU path: mean square below this (-100 dBFS) counts as silence
 _IDENTITY = (1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 
 
