@@ -111,3 +111,33 @@ def test_training_convolves_only_the_filters_live_part_and_loses_nothing() -> No
         assert rel_err(fb(x), fb._compress(energy)) < 1e-5
         fb.ssm.modes.a_log.fill_(-30.0)  # a filter that rings (almost) forever: the whole input is needed
     assert fb.ssm.modes.live_length(16000) == 16000
+
+
+def test_band_energy_has_the_gradients_of_convolving_then_squaring() -> None:
+    """The front's fused energy (hand-written backward) against autograd through the FFT convolution and the
+    mean of squares, and float64 gradcheck; the kernel gradient only, or the input's too."""
+    from edgessm.ssm.fftconv import causal_conv
+    from edgessm.ssm.filterbank import band_energy
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 1, 160 * 7, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(5, 333, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: band_energy(a, b, 160), (x, k))
+    for lk in (1, 900, 4800):  # a one-tap kernel, a short one, one as long as the input
+        x = torch.randn(4, 1, 4800, requires_grad=True)
+        k = (0.1 * torch.randn(6, lk)).requires_grad_()
+        w = torch.randn(4, 6, 30)
+        ref = causal_conv(x, k[:, None], "full")
+        ref = ref.square().reshape(4, 6, 30, 160).mean(-1)
+        got = band_energy(x, k, 160)
+        assert rel_err(got, ref) < 1e-6
+        grads = torch.autograd.grad((got * w).sum(), (x, k)), torch.autograd.grad((ref * w).sum(), (x, k))
+        for a, b in zip(*grads, strict=True):
+            assert rel_err(a, b) < 1e-5
+    x.requires_grad_(False)
+    (gk,) = torch.autograd.grad((band_energy(x, k, 160) * w).sum(), (k,))
+    assert gk.shape == k.shape and torch.isfinite(gk).all()
+    with torch.no_grad():  # nothing kept for a backward that cannot come
+        assert band_energy(x, k, 160).grad_fn is None
+    with pytest.raises(ValueError, match="whole number of 160-sample frames"):
+        band_energy(x[..., :1000], k, 160)

@@ -994,3 +994,31 @@ def test_a_non_finite_loss_stops_the_run_at_the_next_check(sc_folder: Path, tmp_
     assert _losses_steps(tmp_path / "run") == ["10"]
     last = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=False)
     assert last["step"] == 10  # the poisoned weights of step 20 were never saved
+
+
+def test_frozen_modules_keep_their_weights_while_the_rest_trains(sc_folder: Path, tmp_path: Path, capsys) -> None:
+    """``train.freeze``: module paths, or ``front`` for a filterbank front; frozen parameters leave the optimizer
+    and do not move, the rest trains, resume works, and names that match nothing are refused."""
+    Trainer(kws_config(sc_folder, steps=2), tmp_path / "a", device="cpu", progress=False).fit()
+    start = load_model_weights(tmp_path / "a", "cpu")
+    cfg = kws_config(sc_folder, steps=6, freeze=["backbone.layers.0"])
+    trainer = Trainer(cfg, tmp_path / "b", device="cpu", progress=False, init=tmp_path / "a")
+    assert "parameters keep their weights" in capsys.readouterr().out
+    trainer.fit(stop_after=3)
+    Trainer(cfg, tmp_path / "b", device="cpu", progress=False, resume=True).fit()
+    end = load_model_weights(tmp_path / "b", "cpu")
+    frozen = [k for k in end if k.startswith("backbone.layers.0.")]
+    assert frozen and all(torch.equal(end[k], start[k]) for k in frozen)
+    assert any(not torch.equal(end[k], start[k]) for k in end if k not in frozen)
+
+    with pytest.raises(ValueError, match=r"no module 'backbone.layers.9'.*backbone.layers.0"):
+        Trainer(kws_config(sc_folder, freeze=["backbone.layers.9"]), tmp_path / "c", device="cpu", progress=False)
+    with pytest.raises(ValueError, match="has none"):  # the tiny network starts with a full block, not a front
+        Trainer(kws_config(sc_folder, freeze=["front"]), tmp_path / "d", device="cpu", progress=False)
+    with pytest.raises(ValueError, match="leaves nothing to train"):
+        Trainer(kws_config(sc_folder, freeze=["backbone", "head"]), tmp_path / "e", device="cpu", progress=False)
+    fb = kws_config(sc_folder, freeze=["front"])
+    fb.model = {**TINY_KWS, "front": "filterbank", "front_bands": 8, "front_pool": 160}
+    trainer = Trainer(fb, tmp_path / "f", device="cpu", progress=False)
+    names = {n for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    assert names and all(n.startswith("backbone.layers.0.") for n in names)

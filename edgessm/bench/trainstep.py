@@ -26,6 +26,7 @@ import torch
 from edgessm.train.allocator import keep_freed_memory
 from edgessm.train.config import compile_mode, load_config
 from edgessm.train.tasks import build_task
+from edgessm.train.trainer import freeze
 
 # the input length of a training example, per task: its config field, or a default in samples
 LENGTH_FIELD = {"denoise": ("segment_samples", 32768), "kws": ("clip_samples", 16000), "asr": (None, 64000)}
@@ -57,6 +58,7 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
         cfg = load_config(recipe, overrides)
         task = build_task(cfg)
         net = task.build_model()
+        freeze(net, list(cfg.train.freeze))  # a row with train.freeze=[front] times a fine-tune's step
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise SystemExit(f"trainstep: {label}: {e}") from None
     field, default = LENGTH_FIELD.get(cfg.task, (None, 32000))

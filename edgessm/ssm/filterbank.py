@@ -25,6 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import FullSSM
+from .fftconv import fft_size
+from .precision import float32_island
 from .resample import _check_length
 from .stream import Counts, State, Streamable
 
@@ -33,6 +35,57 @@ from .stream import Counts, State, Streamable
 # a mean of -11.5 (each band between -12.2 and -10.8) and a spread of 3.6 (3.3-4.0); these constants
 # bring them near zero mean and unit scale. Both are learnable per band.
 SHIFT, GAIN = -11.5, 1.0 / 3.6
+
+
+def band_energy(x: Tensor, k: Tensor, pool: int) -> Tensor:
+    """Mean energies over ``pool`` samples of ``x`` filtered by every kernel of a bank.
+
+    ``x (B, 1, T)``, ``k (F, Lk)`` -> ``(B, F, T / pool)``: ``e[b, f, m] = mean_{t in frame m} y[b, f, t]²``
+    with ``y[b, f, t] = Σ_{s <= t} k[f, t - s] x[b, 0, s]`` (causal linear convolution by zero-padded FFTs).
+
+    The same numbers as :func:`~edgessm.ssm.fftconv.causal_conv` followed by the energy, with a backward
+    written out: autograd through those steps keeps and walks several ``(B, F, T)`` intermediates (the
+    padded spectra, the squares, the broadcast of the mean) and transforms the gradient back to the full
+    padded length for ``y``; here the band outputs ``y`` are the only thing kept, and the kernel gradient is
+    the cross-correlation of ``x`` with ``dL/dy = 2 y dL/de / pool``, one forward FFT of ``dL/dy`` and a sum
+    over the batch in the frequency domain (issue 34: the front was ~90% of a kws training step on a CPU).
+    """
+    if x.dim() != 3 or x.shape[1] != 1 or k.dim() != 2:
+        raise ValueError(f"band_energy takes x (B, 1, T) and k (F, Lk), got {tuple(x.shape)} and {tuple(k.shape)}")
+    if x.shape[-1] % pool:
+        raise ValueError(f"band_energy: {x.shape[-1]} samples are not a whole number of {pool}-sample frames")
+    return _BandEnergy.apply(x, k, int(pool))
+
+
+class _BandEnergy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, k: Tensor, pool: int) -> Tensor:
+        b, t = int(x.shape[0]), int(x.shape[-1])
+        f, lk = int(k.shape[0]), int(k.shape[-1])
+        n = fft_size(t + lk - 1)
+        y = torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :t]  # (B, F, T)
+        e = y.square().reshape(b, f, t // pool, pool).mean(-1)
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            ctx.save_for_backward(x, k, y)
+        ctx.n, ctx.pool = n, pool
+        return e
+
+    @staticmethod
+    def backward(ctx, ge: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        x, k, y = ctx.saved_tensors
+        n, pool = ctx.n, ctx.pool
+        b, f, t = (int(d) for d in y.shape)
+        # dL/dy = 2 y dL/de / pool, the frame's gradient broadcast over its samples
+        gy = (y.reshape(b, f, t // pool, pool) * (ge * (2.0 / pool)).unsqueeze(-1)).reshape(b, f, t)
+        gyf = torch.fft.rfft(gy, n=n)  # (B, F, n/2 + 1)
+        del gy
+        gx = gk = None
+        if ctx.needs_input_grad[0]:  # dL/dx[s] = Σ_f Σ_t dL/dy[f, t] k[f, t - s]: correlation with each kernel
+            gx = torch.fft.irfft((gyf * torch.fft.rfft(k, n=n).conj()).sum(1, keepdim=True), n=n)[..., :t]
+        if ctx.needs_input_grad[1]:  # dL/dk[f, τ] = Σ_b Σ_t dL/dy[b, f, t] x[b, t - τ]; zero padding to
+            # n >= T + Lk - 1 keeps the circular correlation's wrapped terms on zeros for τ < Lk
+            gk = torch.fft.irfft(gyf.mul_(torch.fft.rfft(x, n=n).conj()).sum(0), n=n)[..., : int(k.shape[-1])]
+        return gx, gk, None
 
 
 class FilterbankFront(Streamable):
@@ -74,10 +127,12 @@ class FilterbankFront(Streamable):
         """Mean band energies ``(B, F, frames)`` -> normalised log energies."""
         return (torch.log(energy + self.floor) - self.shift[:, None]) * self.gain[:, None]
 
+    @float32_island
     def forward(self, x: Tensor) -> Tensor:
         _check_length(self, x)
-        y = self.ssm(x)  # the resonators die out within a few thousand samples: short FFTs (live_length)
-        return self._compress(self._energy(y))
+        # the resonators die out within a few thousand samples: short kernels, shorter FFTs (live_length)
+        k = self.ssm.kernel(self.ssm.modes.live_length(int(x.shape[-1])))  # (F, 1, Lk)
+        return self._compress(band_energy(x, k[:, 0], self.pool))
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(f"ssm.{n}", s) for n, s in self.ssm.state_shapes()]

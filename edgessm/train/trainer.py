@@ -86,6 +86,31 @@ def param_groups(model: nn.Module, cfg) -> list[dict[str, Any]]:
     return [g for g in groups if g["params"]]
 
 
+def freeze(model: nn.Module, names: list[str]) -> int:
+    """Stop training the modules ``names`` (module paths such as ``"backbone.layers.0"``; ``"front"``: every
+    filterbank front): their parameters no longer require gradients, so the optimizer leaves them out and
+    autograd builds no graph through a frozen first layer. Returns the number of parameters frozen."""
+    from edgessm.ssm.filterbank import FilterbankFront
+
+    modules = dict(model.named_modules())
+    frozen = 0
+    for name in names:
+        if name == "front":
+            found = [m for m in modules.values() if isinstance(m, FilterbankFront)]
+            if not found:
+                raise ValueError("train.freeze: 'front' names a filterbank front, and this network has none")
+        elif name in modules and name:
+            found = [modules[name]]
+        else:
+            top = ", ".join(n for n in modules if n and n.count(".") <= 2)
+            raise ValueError(f"train.freeze: no module {name!r} in this network; its modules: front, {top}")
+        for m in found:
+            for p in m.parameters():
+                frozen += p.numel() if p.requires_grad else 0
+                p.requires_grad_(False)
+    return frozen
+
+
 class _TimeLimit:
     """``train.time_limit_min``: after a few steps (data-loader start-up excluded), the number of steps
     that fit in the time left at the measured rate, with 5% kept for validation and the final save;
@@ -197,6 +222,13 @@ class Trainer:
         torch.manual_seed(cfg.train.seed + self.rank)
         self.task = task or build_task(cfg)
         self.model = self.task.build_model().to(self.device)
+        self.frozen = freeze(self.model, list(cfg.train.freeze))
+        if self.frozen and not any(p.requires_grad for p in self.model.parameters()):
+            raise ValueError(f"train.freeze {list(cfg.train.freeze)} leaves nothing to train")
+        if self.frozen and self.rank == 0:
+            total = sum(p.numel() for p in self.model.parameters())
+            names = ", ".join(cfg.train.freeze)
+            print(f"train.freeze {names}: {self.frozen:,} of {total:,} parameters keep their weights")
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim), betas=cfg.optim.betas)
         self.total_steps = cfg.train.steps  # fewer under train.time_limit_min, once the step rate is known
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
