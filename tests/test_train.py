@@ -558,7 +558,7 @@ def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
         main(["train", str(cfg), "--out", str(tmp_path / "r"), "--device", "cpu", "--no-progress"])
 
 
-@pytest.mark.parametrize("name", ["kws", "kws_v1", "kws_es", "denoise", "denoise_hourglass", "asr"])
+@pytest.mark.parametrize("name", ["kws", "kws_v1", "kws_es", "kws_es_v3", "denoise", "denoise_hourglass", "asr"])
 def test_shipped_recipes_are_valid(name: str) -> None:
     from edgessm.data import augment
     from edgessm.data.corpora import shared_data_dir
@@ -570,6 +570,9 @@ def test_shipped_recipes_are_valid(name: str) -> None:
     task = build_task(cfg)
     model = task.build_model()
     assert sum(p.numel() for p in model.parameters()) > 10_000
+    from edgessm.train.trainer import freeze
+
+    freeze(model, list(cfg.train.freeze))  # the modules a recipe freezes exist in its network
     settings = _resolve(cfg.augment)
     cls = augment.DenoiseAugmentConfig if name.startswith("denoise") else augment.KwsAugmentConfig
     assert augment.config_from_dict(cls, settings) is not None
