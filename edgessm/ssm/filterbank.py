@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .blocks import FullSSM
-from .fftconv import fft_size
+from .fftconv import causal_conv, fft_size
 from .precision import float32_island
 from .resample import _check_length
 from .stream import Counts, State, Streamable
@@ -35,6 +35,13 @@ from .stream import Counts, State, Streamable
 # a mean of -11.5 (each band between -12.2 and -10.8) and a spread of 3.6 (3.3-4.0); these constants
 # bring them near zero mean and unit scale. Both are learnable per band.
 SHIFT, GAIN = -11.5, 1.0 / 3.6
+
+
+def frame_energy(y: Tensor, pool: int) -> Tensor:
+    """Band outputs ``(B, F, T)`` -> mean energies ``(B, F, T / pool)`` (a ReduceMean when exported:
+    onnxruntime's AveragePool is ~10x slower on these shapes)."""
+    b, c, t = (int(n) for n in y.shape)
+    return (y * y).reshape(b, c, t // pool, pool).mean(-1)
 
 
 def band_energy(x: Tensor, k: Tensor, pool: int) -> Tensor:
@@ -60,15 +67,11 @@ def band_energy(x: Tensor, k: Tensor, pool: int) -> Tensor:
 class _BandEnergy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, k: Tensor, pool: int) -> Tensor:
-        b, t = int(x.shape[0]), int(x.shape[-1])
-        f, lk = int(k.shape[0]), int(k.shape[-1])
-        n = fft_size(t + lk - 1)
-        y = torch.fft.irfft(torch.fft.rfft(x, n=n) * torch.fft.rfft(k, n=n), n=n)[..., :t]  # (B, F, T)
-        e = y.square().reshape(b, f, t // pool, pool).mean(-1)
+        y = causal_conv(x, k[:, None], "full")  # (B, F, T); no graph is recorded inside a Function
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
             ctx.save_for_backward(x, k, y)
-        ctx.n, ctx.pool = n, pool
-        return e
+        ctx.n, ctx.pool = fft_size(int(x.shape[-1]) + int(k.shape[-1]) - 1), pool  # causal_conv's FFT size
+        return frame_energy(y, pool)
 
     @staticmethod
     def backward(ctx, ge: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
@@ -117,12 +120,6 @@ class FilterbankFront(Streamable):
         self.rate = Fraction(1, pool)
         self.chunk_multiple = pool
 
-    def _energy(self, y: Tensor) -> Tensor:
-        """Band outputs ``(B, F, T)`` -> mean energies ``(B, F, T / pool)`` (a ReduceMean when exported:
-        onnxruntime's AveragePool is ~10x slower on these shapes)."""
-        b, c, t = (int(n) for n in y.shape)
-        return (y * y).reshape(b, c, t // self.pool, self.pool).mean(-1)
-
     def _compress(self, energy: Tensor) -> Tensor:
         """Mean band energies ``(B, F, frames)`` -> normalised log energies."""
         return (torch.log(energy + self.floor) - self.shift[:, None]) * self.gain[:, None]
@@ -140,7 +137,7 @@ class FilterbankFront(Streamable):
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
         y, state = self.ssm.step(x, state)
-        return self._compress(self._energy(y)), state
+        return self._compress(frame_energy(y, self.pool)), state
 
     def counts(self) -> Counts:
         """Filters, plus a square and an add per band and sample, plus log and affine per band and frame."""
