@@ -30,19 +30,16 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import stat
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from .devices import Microphone, input_device, parse_device, sounddevice_or_exit
+from .interrupts import Terminated, sigterm_unwinds
 from .sources import Source, open_source
 
 BLOCK_S = 1.0  # seconds of audio read per block
@@ -293,27 +290,6 @@ class Writer:
 
 
 # --- the command ------------------------------------------------------------------------------------------------
-
-
-class Terminated(BaseException):
-    """SIGTERM while working: unwind like Ctrl-C so the temporary file is removed."""
-
-
-@contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` (in the main thread; elsewhere it is left alone)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise Terminated
-
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def load_model(args: argparse.Namespace, files: bool = False):

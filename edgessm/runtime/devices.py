@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .interrupts import whole_blocks
+
 
 def sounddevice_or_exit(command: str, alternative: str, error: type[SystemExit] = SystemExit):
     """The ``sounddevice`` module, or ``error`` saying how to install PortAudio and what else to try."""
@@ -188,7 +190,8 @@ def pump_blocks(mic, blocks: queue.SimpleQueue, duration: float | None, feed: Ca
                 lost: Callable[[], str | None] | None = None, stall_s: float | None = None) -> bool:  # fmt: skip
     """The live loop: ``feed(block)`` every captured block until ``duration`` seconds have passed
     (``None``: forever) or Ctrl-C, then stop and close ``mic``. After a timed end, the blocks captured
-    before the stream stopped are fed too. ``idle()`` runs when no block came within ``poll_s``.
+    before the stream stopped are fed too. ``idle()`` runs when no block came within ``poll_s``. A
+    Ctrl-C during ``feed`` ends the loop once that block is done (:func:`~.interrupts.whole_blocks`).
 
     The watchdog, when no block is waiting: ``lost()`` says why the stream can deliver no more (or
     ``None``), and ``stall_s`` is the longest silence allowed (:data:`START_GRACE_S` before the first
@@ -219,7 +222,8 @@ def pump_blocks(mic, blocks: queue.SimpleQueue, duration: float | None, feed: Ca
                 if why is not None:
                     break
                 continue
-            feed(block)
+            with whole_blocks():
+                feed(block)
             heard = polled = time.monotonic()
             limit = stall_s
     except KeyboardInterrupt:  # Ctrl-C: the normal end of a live session
@@ -229,9 +233,11 @@ def pump_blocks(mic, blocks: queue.SimpleQueue, duration: float | None, feed: Ca
         mic.close()
     while not interrupted:
         try:
-            feed(blocks.get_nowait())
+            block = blocks.get_nowait()
         except queue.Empty:
             break
+        with whole_blocks():
+            feed(block)
     if why is not None:
         raise MicrophoneLost(why)
     return interrupted

@@ -30,22 +30,19 @@ are counted on the meter and in the summary and are never fatal.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from .denoise import EXTENSIONS, Terminated, Writer, sigterm_unwinds
+from .denoise import EXTENSIONS, Writer
+from .interrupts import Terminated, ignore_ctrl_c, one_ctrl_c, sigterm_unwinds, whole_blocks
 
 METER_DB_RANGE = 60.0  # the meter's bar spans -60..0 dBFS
 METER_WIDTH = 20  # characters of bar
@@ -147,14 +144,16 @@ class Listener:
         return self.stream.samples_in / self.rate
 
     def feed(self, rate: int, samples: np.ndarray) -> None:
-        """Process a block of audio recorded at ``rate`` and print the detections it triggers."""
-        t0 = time.perf_counter()
-        self.stream.accept_waveform(rate, samples)
-        self._decide()
-        self.busy_s += time.perf_counter() - t0
-        if self.meter:
-            self._peak_db = max(self._peak_db, level_dbfs(samples))
-            self.show()
+        """Process a block of audio recorded at ``rate`` and print the detections it triggers; a Ctrl-C
+        meanwhile waits for the block to be done (the record and the clock stay equal)."""
+        with whole_blocks():
+            t0 = time.perf_counter()
+            self.stream.accept_waveform(rate, samples)
+            self._decide()
+            self.busy_s += time.perf_counter() - t0
+            if self.meter:
+                self._peak_db = max(self._peak_db, level_dbfs(samples))
+                self.show()
 
     def finish(self) -> None:
         """Process the last partial chunk (zero-padded) and take the meter off the screen."""
@@ -385,7 +384,7 @@ def _listen(listener: Listener, args: argparse.Namespace) -> int:
     recorder = Recorder(args.record, listener.rate) if args.record else None
     listener.stream.on_audio = recorder
     lost: Exception | None = None
-    with _one_ctrl_c():
+    with one_ctrl_c():
         try:
             try:
                 if args.input == "-":
@@ -398,7 +397,7 @@ def _listen(listener: Listener, args: argparse.Namespace) -> int:
                 pass
             except MicrophoneLost as e:  # a device end, not a program error: what was heard is kept
                 lost = e
-            _ignore_ctrl_c()  # the session is ending: another Ctrl-C must cost neither the record nor the summary
+            ignore_ctrl_c()  # the session is ending: another Ctrl-C must cost neither the record nor the summary
             listener.finish()
             if recorder is not None:
                 recorder.commit(listener.stream.samples_in)
@@ -415,42 +414,6 @@ def _listen(listener: Listener, args: argparse.Namespace) -> int:
             print(f"recorded {listener.heard_s:.2f} s to {args.record}", file=sys.stderr)
         print(listener.summary(), file=sys.stderr, flush=True)
     return 0 if lost is None else 1
-
-
-_ctrl_c_ignored_at_exit = False  # whether an exit handler ignores SIGINT (see _one_ctrl_c)
-
-
-@contextlib.contextmanager
-def _one_ctrl_c() -> Iterator[None]:
-    """Within the block, the first Ctrl-C (SIGINT) raises ``KeyboardInterrupt`` and the ones after it are
-    ignored, as they are once :func:`_ignore_ctrl_c` says the session is ending: a second press must
-    not cut short stopping the microphone (PortAudio left half-stopped hangs or aborts the exit),
-    committing ``--record`` or the summary. They stay ignored while the interpreter exits (Python gives
-    SIGINT back its default action then, and a press would kill the process after a clean session).
-    Main thread only; an ignored SIGINT (a background job) stays ignored."""
-    global _ctrl_c_ignored_at_exit
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        yield
-        return
-
-    def first(signum, frame):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGINT, first)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-        if not _ctrl_c_ignored_at_exit:
-            atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
-            _ctrl_c_ignored_at_exit = True
-
-
-def _ignore_ctrl_c() -> None:
-    """The session is ending: from now on Ctrl-C is ignored (within :func:`_one_ctrl_c`)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _listen_stdin(listener: Listener, args: argparse.Namespace) -> None:
