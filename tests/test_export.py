@@ -124,6 +124,52 @@ def test_int8_graph_keeps_the_state_path_float(tmp_path) -> None:
     assert np.corrcoef(f.ravel(), i8.ravel())[0, 1] > 0.9
 
 
+def _hide_an_outlier_channel(model, name: str, factor: float = 3e3) -> None:
+    """The same function with one input channel of projection ``name`` (``W @ x``, ``W`` a Constant)
+    ``factor`` times louder and its weight column that much smaller: ``x``'s one per-tensor int8 scale
+    then has to span the loud channel, and the others drown (what one ES block's spectral mixing did)."""
+    from onnx import helper, numpy_helper
+
+    node = next(n for n in model.graph.node if n.name == name)
+    const = next(n for n in model.graph.node if n.op_type == "Constant" and n.output[0] == node.input[0])
+    w = numpy_helper.to_array(const.attribute[0].t).copy()
+    w[:, 0] /= factor
+    const.attribute[0].t.CopyFrom(numpy_helper.from_array(w))
+    scale = np.ones((w.shape[1], 1), np.float32)
+    scale[0] = factor
+    model.graph.initializer.append(numpy_helper.from_array(scale, name + "/outlier"))
+    loud = name + "/loud_input"
+    at = list(model.graph.node).index(node)
+    model.graph.node.insert(at, helper.make_node("Mul", [node.input[1], name + "/outlier"], [loud], name=loud))
+    node.input[1] = loud
+
+
+def test_int8_sensitivity_search_keeps_the_projection_that_ruins_the_graph_float(tmp_path) -> None:
+    from edgessm.deploy.quantize import quantize_int8
+
+    torch.manual_seed(0)
+    net = randomize(build_network("kws", **SMALL, window=12, dropout=0.0), seed=1, dynamics=False)
+    export_onnx(net, tmp_path / "f.onnx", 128, {"task": "kws"})
+    model = onnx.load(str(tmp_path / "f.onnx"))
+    _hide_an_outlier_channel(model, "/MatMul_7")
+    onnx.save(model, str(tmp_path / "f.onnx"))
+    audio = [_signal(128 * 40, seed=s) for s in range(4)]
+    check = [_signal(128 * 30, seed=9)]
+    plain = quantize_int8(tmp_path / "f.onnx", tmp_path / "q0.onnx", audio, check_audio=check)
+    assert plain.snr_db < 15 and not plain.sensitive and "/MatMul_7" in plain.quantized
+    lines: list[str] = []
+    plan = quantize_int8(tmp_path / "f.onnx", tmp_path / "q.onnx", audio, check_audio=check, min_snr_db=25.0,
+                         log=lines.append)  # fmt: skip
+    assert plan.sensitive[0] == "/MatMul_7" and "/MatMul_7" in plan.kept and plan.snr_db >= 25.0
+    assert len(plan.quantized) == len(plain.quantized) - len(plan.sensitive)  # the rest stays int8
+    assert "/MatMul_7" in lines[0] and "kept float" in lines[1]
+    meta = {p.key: p.value for p in onnx.load(str(tmp_path / "q.onnx")).metadata_props}
+    assert "sensitive to int8 (/MatMul_7" in meta["quantization"] and meta["task"] == "kws"
+    again = quantize_int8(tmp_path / "f.onnx", tmp_path / "q2.onnx", audio, check_audio=check,
+                          keep_float=plan.sensitive)  # fmt: skip
+    assert again.sensitive == plan.sensitive and abs(again.snr_db - plan.snr_db) < 1e-6  # another budget's start
+
+
 def test_openvino_runs_the_same_graph(tmp_path) -> None:
     pytest.importorskip("openvino", reason="openvino is part of the training/export extra")
     from edgessm.deploy.portability import compare_runtimes

@@ -38,7 +38,7 @@ from edgessm.runtime.session import StepModel
 
 from .onnx_export import ExportReport, export_onnx
 from .portability import openvino_available, runtime_agreement
-from .quantize import quantize_int8
+from .quantize import INT8_MIN_SNR_DB, quantize_int8
 
 
 def calibration_audio(seconds: float = 300.0, seed: int = 0) -> list[np.ndarray]:
@@ -169,7 +169,9 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             metadata: dict[str, Any] | None = None, calibration: list[np.ndarray] | None = None,
             budgets: list[int] | None = None,
             file_chunk: int | None = None,
-            lm: str | os.PathLike | None = None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
+            lm: str | os.PathLike | None = None,
+            int8_min_snr_db: float | None = INT8_MIN_SNR_DB,
+            log=None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
     """Write the model folder ``out`` (see the module docstring); returns the fp32 export report and
     the int8 report (nodes kept float, quality change) or ``{}``. ``metadata`` adds graph metadata
     (e.g. a keyword spotter's default ``threshold``); ``calibration`` replaces :func:`calibration_audio`.
@@ -184,7 +186,12 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     against PyTorch like the others (``report.file_graph`` holds its report).
 
     ``lm`` (recognizers): a word model (``edgessm lm``) copied in as ``lm.npz`` and named in the manifest
-    (``"lm"``): ``edgessm transcribe`` decodes files with it by beam search unless told ``--lm none``."""
+    (``"lm"``): ``edgessm transcribe`` decodes files with it by beam search unless told ``--lm none``.
+
+    ``int8_min_snr_db``: an int8 graph whose outputs fall further than this from its float graph's (on 30 s of
+    real speech in noise apart from the calibration's) keeps its most sensitive projections float
+    (:func:`~edgessm.deploy.quantize.quantize_int8`); ``None``: no search. The other budgets' graphs start
+    from the projections kept for ``K̄``'s. ``log(str)`` hears about it."""
     from safetensors.torch import save_file
 
     if hasattr(net, "without_training_heads"):  # e.g. a recognizer's distillation head: not shipped
@@ -238,13 +245,19 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     q: dict[str, Any] = {}
     if int8:
         calib = calibration if calibration is not None else calibration_audio()
+        check = calibration_audio(30.0, seed=1) if calibration is None else calib[-3:]
         qpath = folder / f"{name}.int8.onnx"
+        sensitive: tuple[str, ...] = ()
         for path in graphs:  # every budget graph gets its int8 twin; the quality checks below use K̄'s
             qp = path.with_name(path.name[: -len(".onnx")] + ".int8.onnx")
-            plan = quantize_int8(path, qp, calib)
+            plan = quantize_int8(path, qp, calib, check_audio=check, min_snr_db=int8_min_snr_db,
+                                 keep_float=sensitive, log=log)  # fmt: skip
             files.append(qp.name)
             if path == graph:
-                q = {"quantized": len(plan.quantized), "kept_float": len(plan.kept), "kept_float_nodes": plan.kept}
+                sensitive = plan.sensitive
+                q = {"quantized": len(plan.quantized), "kept_float": len(plan.kept), "kept_float_nodes": plan.kept,
+                     "sensitive_nodes": list(plan.sensitive), "check_snr_db": plan.snr_db}  # fmt: skip
+            q.setdefault("graph_snr_db", {})[qp.name] = plan.snr_db
         if verify_audio:
             q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
         if speech is not None and openvino_available():

@@ -27,6 +27,7 @@ int8. Two rewrites before calibration make their weights per-channel (:func:`pre
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -199,9 +200,14 @@ def prepare_for_int8(model):
     return model
 
 
+INT8_MIN_SNR_DB = 20.0  # the int8 graph's outputs at least this close to the float graph's, or more nodes stay float
+
+
 class Int8Plan(NamedTuple):
     kept: list[str]  # MatMul/Conv nodes left float32
     quantized: list[str]  # MatMul/Conv nodes in int8
+    sensitive: tuple[str, ...] = ()  # of ``kept``: projections kept float by the sensitivity search, worst first
+    snr_db: float | None = None  # the int8 graph's output SNR against the float graph's on the check audio
 
 
 class _Calibration:
@@ -232,22 +238,33 @@ class _Calibration:
     def get_next(self):
         return next(self._it, None)
 
-    def rewind(self) -> None:
-        self._it = iter(self.feeds)
+    def rewind(self, every: int = 1) -> None:
+        """Start over, with every ``every``-th feed (a quicker calibration)."""
+        self._it = iter(self.feeds[::every])
 
 
 def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, calibration_audio: Iterable[np.ndarray],
-                  max_calibration_chunks: int = 3000) -> Int8Plan:  # fmt: skip
+                  max_calibration_chunks: int = 3000, check_audio: Iterable[np.ndarray] | None = None,
+                  min_snr_db: float | None = None, keep_float: Iterable[str] = (), log=None) -> Int8Plan:  # fmt: skip
     """Write the int8 QDQ version of ``float_path``; returns which MatMul/Conv nodes stayed float and
-    which were quantized."""
-    import onnx
-    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    which were quantized.
 
+    With ``check_audio`` the plan's output SNR against the float graph is measured there (``snr_db``). With
+    ``min_snr_db`` too, a graph below it gets a sensitivity search: each projection still in int8 is
+    quantized *alone* (a tenth of the calibration chunks) and ranked by the SNR it alone leaves; then the
+    worst are kept float one at a time, each step a full quantization, until the floor is met or none is
+    left (kws35-es v2: one 1536 → 48 spectral mixing MatMul took the whole graph from 24 to 9 dB).
+    ``keep_float``: projections to keep float from the start, as if the search had chosen them (another
+    budget's graph of the same network, say). ``log(str)`` hears about the search."""
+    import onnx
+
+    float_path = Path(float_path)
     model = onnx.load(str(float_path))
     metadata = [(p.key, p.value) for p in model.metadata_props]
     keep = sorted({*state_path_nodes(model), *full_rate_nodes(model), *ssm_kernel_nodes(model),
                    *waveform_domain_nodes(model)})  # fmt: skip
     quantizable = [n.name for n in model.graph.node if n.op_type in QUANTIZED_OPS]
+    check = [np.asarray(x, np.float32) for x in check_audio or []]
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
@@ -255,29 +272,84 @@ def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, ca
         reader = _Calibration(str(prepared), calibration_audio, max_calibration_chunks)
         if not reader.feeds:
             raise ValueError("no calibration audio: give at least one input longer than the graph's chunk")
-        raw = Path(tmp) / "q.onnx"
-        quantize_static(
-            str(prepared),
-            str(raw),
-            reader,
-            quant_format=QuantFormat.QDQ,
-            op_types_to_quantize=QUANTIZED_OPS,
-            nodes_to_exclude=keep,
-            per_channel=True,
-            activation_type=QuantType.QUInt8,
-            weight_type=QuantType.QInt8,
-            calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"ActivationSymmetric": False, "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1}},
-        )
-        q = onnx.load(str(raw))
-        q.ir_version = min(q.ir_version, 10)
-        del q.metadata_props[:]
-        for key, value in metadata:
-            q.metadata_props.add(key=key, value=value)
-        kept_float = "state path, first block, waveform-domain transforms, SSM kernels"
-        q.metadata_props.add(key="quantization", value=f"int8 QDQ: uint8 activations, per-channel int8 weights; "
-                             f"float32: {kept_float}")  # fmt: skip
+        reference = _outputs(float_path, check)
+
+        def quantized(exclude: Iterable[str], extra: Iterable[str] = (), every: int = 1) -> tuple[Path, float | None]:
+            path = Path(tmp) / f"q{len(list(Path(tmp).glob('q*.onnx')))}.onnx"
+            reader.rewind(every)
+            _quantize(prepared, path, reader, sorted({*exclude, *extra}), list(extra), metadata)
+            return path, _agreement(reference, path, check)
+
+        sensitive = [n for n in keep_float if n in quantizable and n not in keep]
+        best, snr = quantized(keep, sensitive)
+        if snr is not None and min_snr_db is not None and snr < min_snr_db:
+            alone = {}
+            for name in (n for n in quantizable if n not in keep):
+                alone[name] = quantized(set(quantizable) - {name}, every=10)[1]
+            ranked = sorted(alone, key=alone.get)
+            if log is not None:
+                worst = ", ".join(f"{n} {alone[n]:.1f} dB" for n in ranked[:4])
+                log(f"int8 output SNR {snr:.1f} dB < {min_snr_db:g} dB; alone in int8, the worst projections: {worst}")
+            for name in ranked:
+                sensitive.append(name)
+                best, snr = quantized(keep, sensitive)
+                if log is not None:
+                    log(f"  {name} kept float: {snr:.1f} dB")
+                if snr >= min_snr_db:
+                    break
         with atomic_path(out_path) as tmp_out:
-            onnx.save(q, str(tmp_out))
-    kept = set(keep)
-    return Int8Plan([k for k in quantizable if k in kept], [k for k in quantizable if k not in kept])
+            shutil.copyfile(best, tmp_out)
+    kept = {*keep, *sensitive}
+    return Int8Plan([k for k in quantizable if k in kept], [k for k in quantizable if k not in kept], tuple(sensitive),
+                    snr)  # fmt: skip
+
+
+def _quantize(prepared: Path, out: Path, reader: _Calibration, exclude: list[str], searched: list[str],
+              metadata: list) -> None:  # fmt: skip
+    """One static QDQ quantization of the prepared graph, ``exclude`` left float; the float graph's metadata
+    carried over, with a line saying what stayed float (``searched``: the sensitivity search's nodes)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    raw = out.with_suffix(".raw.onnx")
+    quantize_static(
+        str(prepared),
+        str(raw),
+        reader,
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=QUANTIZED_OPS,
+        nodes_to_exclude=exclude,
+        per_channel=True,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={"ActivationSymmetric": False, "QDQOpTypePerChannelSupportToAxis": {"MatMul": -1}},
+    )
+    q = onnx.load(str(raw))
+    raw.unlink()
+    q.ir_version = min(q.ir_version, 10)
+    del q.metadata_props[:]
+    for key, value in metadata:
+        q.metadata_props.add(key=key, value=value)
+    kept_float = "state path, first block, waveform-domain transforms, SSM kernels"
+    if searched:
+        kept_float += f", the projections most sensitive to int8 ({' '.join(searched)})"
+    q.metadata_props.add(key="quantization", value=f"int8 QDQ: uint8 activations, per-channel int8 weights; "
+                         f"float32: {kept_float}")  # fmt: skip
+    onnx.save(q, str(out))
+
+
+def _outputs(graph: Path, audio: list[np.ndarray]) -> list[np.ndarray]:
+    from edgessm.runtime.session import StepModel
+
+    model = StepModel(graph) if audio else None
+    return [model.process(x) for x in audio]
+
+
+def _agreement(reference: list[np.ndarray], graph: Path, audio: list[np.ndarray]) -> float | None:
+    """The lowest output SNR (dB) of ``graph`` against the float graph's outputs ``reference`` over ``audio``."""
+    from edgessm.eval.metrics import snr_db
+
+    if not audio:
+        return None
+    return min(snr_db(ref, out) for ref, out in zip(reference, _outputs(graph, audio), strict=True))
