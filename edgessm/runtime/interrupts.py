@@ -26,6 +26,16 @@ def _main_thread() -> bool:
 
 
 @contextmanager
+def _handling(signum: int, handler) -> Iterator[None]:
+    """``handler`` answers ``signum`` within the block; the previous handler afterwards."""
+    old = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, old)
+
+
+@contextmanager
 def sigterm_unwinds() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated` (in the main thread; elsewhere it is left alone)."""
     if not _main_thread():
@@ -35,11 +45,8 @@ def sigterm_unwinds() -> Iterator[None]:
     def handler(signum, frame):
         raise Terminated
 
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
+    with _handling(signal.SIGTERM, handler):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 _ignored_at_exit = False  # whether an exit handler ignores SIGINT (see one_ctrl_c)
@@ -62,11 +69,10 @@ def one_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGINT, first)
     try:
-        yield
+        with _handling(signal.SIGINT, first):
+            yield
     finally:
-        signal.signal(signal.SIGINT, old)
         if not _ignored_at_exit:
             atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
             _ignored_at_exit = True
