@@ -36,7 +36,7 @@ class RecordedStream:
         press_ctrl_c()
         self.samples_in += len(x)
 
-    def outputs(self):
+    def chunks(self):
         return iter(())
 
 

@@ -163,3 +163,46 @@ def test_stream_metrics_tell_a_posterior_that_never_rose_from_one_the_decision_l
     calibrated = stream_metrics(model, [stream], [], [0.9], DecisionConfig(0.9, 4, 1.0), calibrated=per_class,
                                 logits={id(stream): logits})["sweep"][-1]  # fmt: skip
     assert calibrated["threshold"] == "calibrated" and calibrated["reach_rate"] == pytest.approx(1.0)
+
+
+def _gate_case(level_before: float, word_level: float = 0.3, stride: int = 320) -> tuple[np.ndarray, np.ndarray]:
+    """2 s of audio at ``level_before`` (RMS), then a 0.5 s "yes" at ``word_level``, then 1 s at the
+    first level; the logits say "yes" from the word's start on (20 ms frames)."""
+    rng = np.random.default_rng(0)
+    levels = [level_before] * 100 + [word_level] * 25 + [level_before] * 50
+    audio = np.concatenate([lv * rng.standard_normal(stride) for lv in levels]).astype(np.float32)
+    seq = ["_silence_"] * 100 + ["yes"] * 40 + ["_silence_"] * 35
+    return _logits(seq), audio
+
+
+@pytest.mark.parametrize(("before", "fires"), [(0.003, True), (0.1, True), (0.3, False), (0.25, False)])
+def test_the_contrast_gate_passes_a_word_that_stands_out_and_stops_one_inside_loud_speech(before, fires) -> None:
+    """A word 40 or 10 dB above the two seconds before it fires; one as loud as what precedes it (a word
+    inside running speech) does not, nor at 1.6 dB above it; a passed word fires within 0.1 s of the
+    ungated decider (the word's level is a 200 ms mean), and chunking does not change it."""
+    logits, audio = _gate_case(before)
+    cfg = DecisionConfig(threshold=0.7, smooth_frames=4, contrast_db=6.0)
+    events = KeywordDecider(LABELS, 0.02, cfg).process(logits, audio)
+    assert [e.label for e in events] == (["yes"] if fires else [])
+    plain = KeywordDecider(LABELS, 0.02, DecisionConfig(threshold=0.7, smooth_frames=4)).process(logits)
+    assert len(plain) == 1 and (not fires or 0 <= events[0].time_s - plain[0].time_s <= 0.1)
+    d = KeywordDecider(LABELS, 0.02, cfg)
+    chunked = [e for k in range(0, logits.shape[1], 4)
+               for e in d.process(logits[:, k : k + 4], audio[k * 320 : (k + 4) * 320])]  # fmt: skip
+    assert chunked == events
+
+
+def test_the_contrast_gate_passes_a_word_at_the_stream_start_and_needs_the_audio() -> None:
+    from edgessm.runtime.kws import contrast_db, graph_decision
+
+    assert contrast_db(np.full(5, 0.1), 0.02) == np.inf  # no second before the word yet: it passes
+    assert contrast_db(np.full(141, 0.1), 0.02) == pytest.approx(0.0)
+    cfg = DecisionConfig(threshold=0.7, contrast_db=6.0)
+    with pytest.raises(ValueError, match="contrast gate needs the audio of the 3 frames"):
+        KeywordDecider(LABELS, 0.02, cfg).process(_logits(["yes"] * 3))
+    with pytest.raises(ValueError, match="got 100 samples"):
+        KeywordDecider(LABELS, 0.02, cfg).process(_logits(["yes"] * 3), np.zeros(100))
+    assert graph_decision({"contrast_db": "6"}).contrast_db == 6.0
+    assert graph_decision({"contrast_db": "6"}, contrast_db=0).contrast_db is None  # listen --contrast 0: off
+    assert graph_decision({"contrast_db": "6"}, threshold=0.5).contrast_db == 6.0
+    assert graph_decision({}).contrast_db is None

@@ -302,6 +302,14 @@ def test_listen_summary_goes_to_stderr_and_json_keeps_stdout_clean(kws_graph, ca
     assert len(out.splitlines()) == len(events) and all(DETECTION_LINE.fullmatch(x) for x in out.splitlines())
     assert "summary" not in out and int(summary_of(err)["n"]) == len(events)
 
+    # the contrast gate (the demo's words follow pauses: each stands out from the second before it) only
+    # removes detections, and a negative gate is refused
+    assert main([*args, "--json", "--contrast", "6"]) == 0
+    gated = [json.loads(line) for line in capsys.readouterr()[0].splitlines()]
+    assert 0 < len(gated) <= len(events) and all(e in events for e in gated)
+    with pytest.raises(SystemExit, match="--contrast must be 0"):
+        main([*args, "--contrast", "-3"])
+
 
 @pytest.mark.parametrize(
     ("flags", "tty", "meter"),

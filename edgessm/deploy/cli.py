@@ -39,6 +39,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "keeps its most sensitive projections float, found by quantizing each alone "
                          f"(default {INT8_MIN_SNR_DB:g}; 0: no search)")  # fmt: skip
     ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold of the graph")
+    ap.add_argument("--contrast-db", type=float, metavar="DB",
+                    help="keyword spotters: the graph's contrast gate (listen --contrast; a keyword must stand DB "
+                         "above the second before it)")  # fmt: skip
     ap.add_argument("--class-thresholds", metavar="CALIBRATION_JSON",
                     help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
@@ -91,6 +94,10 @@ def run(args: argparse.Namespace) -> int:
     chunk = args.chunk or stride
     name = args.name or Path(args.out).name or Path(args.model).name
     meta = {"threshold": str(args.threshold)} if args.threshold is not None else {}
+    if args.contrast_db is not None:
+        if args.contrast_db < 0:
+            raise SystemExit(f"edgessm export: --contrast-db must be 0 (off) or more dB, got {args.contrast_db:g}")
+        meta["contrast_db"] = f"{args.contrast_db:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
     k_max = getattr(net, "k_max", None)

@@ -233,9 +233,16 @@ def pick_threshold(sweep: list[dict], max_fa_per_hour: float) -> float | None:
     return min(ok) if ok else None
 
 
-def detect(logits: np.ndarray, labels: list[str], frame_s: float, config: DecisionConfig) -> list[tuple[str, float]]:
+def detect(logits: np.ndarray, labels: list[str], frame_s: float, config: DecisionConfig,
+           audio: np.ndarray | None = None) -> list[tuple[str, float]]:  # fmt: skip
+    """The detections of a whole stream; ``audio``: the samples its frames cover (the contrast gate's levels)."""
     decider = KeywordDecider(labels, frame_s, config)
-    return [(d.label, d.time_s) for d in decider.process(logits)]
+    return [(d.label, d.time_s) for d in decider.process(logits, audio)]
+
+
+def covered(audio: np.ndarray, logits: np.ndarray, stride: int) -> np.ndarray:
+    """The samples of ``audio`` that the frames of ``logits (classes, frames)`` were computed from."""
+    return audio[: logits.shape[1] * stride]
 
 
 def stream_logits(model: StepModel, streams: Sequence[StreamSet], progress: Progress = _no_progress) -> dict:
@@ -254,9 +261,7 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
     frame_s = info.stride / info.sample_rate
     if logits is None:
         logits = stream_logits(model, streams + fa_streams, progress)
-    decisions: list[tuple[float | str, DecisionConfig]] = [
-        (th, DecisionConfig(th, config.smooth_frames, config.refractory_s, config.keywords)) for th in thresholds
-    ]
+    decisions: list[tuple[float | str, DecisionConfig]] = [(th, replace(config, threshold=th)) for th in thresholds]
     if calibrated is not None:
         decisions.append(("calibrated", calibrated))
     # the right word's highest smoothed posterior around each keyword: what any decision on it could reach
@@ -269,7 +274,7 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
         errors: list[float] = []
         per_word: dict[str, list[int]] = {}
         for s in streams:
-            dets = detect(logits[id(s)], info.labels, frame_s, cfg)
+            dets = detect(logits[id(s)], info.labels, frame_s, cfg, covered(s.audio, logits[id(s)], info.stride))
             sc = score_stream(dets, s.placements, len(s.audio) / info.sample_rate)
             need = np.array([cfg.class_thresholds.get(p.label, cfg.threshold) for p in s.placements])
             reach = int(np.sum(np.nan_to_num(peaks[id(s)], nan=-1.0) >= need))
@@ -287,7 +292,7 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
         fa_hours = 0.0
         fa_by: dict[str, int] = {}
         for s in fa_streams:
-            dets = detect(logits[id(s)], info.labels, frame_s, cfg)
+            dets = detect(logits[id(s)], info.labels, frame_s, cfg, covered(s.audio, logits[id(s)], info.stride))
             fa_by[s.kind] = len(dets)
             fa += len(dets)
             fa_hours += len(s.audio) / info.sample_rate / 3600

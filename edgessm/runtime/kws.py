@@ -10,6 +10,15 @@ its posterior can stay high for longer than the refractory period, and one word 
 Background classes (``_silence_``, ``_unknown_``) never fire. The
 reported time is the end of the frame at which the smoothed posterior crossed the threshold (the
 model's head averages about a second of features, so this is shortly after the word ends).
+
+**Contrast gate** (``contrast_db``, optional): a command is said to the device, after a pause or above
+the room, while a word inside running speech is as loud as the speech around it. With the gate a
+keyword fires only if its loudest 200 ms (within the last second) stand ``contrast_db`` above the level
+of the audio before it (the 75th percentile of the 20 ms frame levels from 1.6 to 0.6 s before that
+peak); too little audio before it (the stream's first second) passes. It needs the audio beside the
+logits (:meth:`KeywordDecider.process`). On kws35's validation streams, at threshold 0.9, 6 dB took
+the false accepts on keyword-free speech from 39 to 24 per hour and kept the keywords said in a quiet
+room, over music and over noise within 0.3 points (over running speech: -2.7).
 """
 
 from __future__ import annotations
@@ -37,16 +46,29 @@ class DecisionConfig:
     refractory_s: float = 1.0
     keywords: tuple[str, ...] = ()  # empty: every non-background label
     class_thresholds: dict[str, float] = field(default_factory=dict)  # per keyword; the others: threshold
+    contrast_db: float | None = None  # the contrast gate (module docstring); None: off
+
+
+# the contrast gate's spans, in seconds
+PEAK_SPAN_S = 1.0  # where the keyword's loudest moment is looked for, back from the decision
+LEVEL_S = 0.2  # the keyword's level: the loudest mean power over this long
+BEFORE_S = (1.6, 0.6)  # the level before it: frames from this long to this long before that peak
+MIN_BEFORE_S = 0.2  # less audio than this before the peak: the gate passes
 
 
 def graph_decision(meta: dict[str, str], threshold: float | None = None, smooth_frames: int = 4,
-                   refractory_s: float = 1.0, keywords: tuple[str, ...] = ()) -> DecisionConfig:  # fmt: skip
-    """The decision a graph ships with (its metadata ``threshold`` and calibrated ``class_thresholds``), or
-    one global ``threshold`` when the caller gives one (which then replaces the per-keyword ones)."""
+                   refractory_s: float = 1.0, keywords: tuple[str, ...] = (),
+                   contrast_db: float | None = None) -> DecisionConfig:  # fmt: skip
+    """The decision a graph ships with (its metadata ``threshold``, calibrated ``class_thresholds`` and
+    ``contrast_db``), or one global ``threshold`` when the caller gives one (which then replaces the
+    per-keyword ones). ``contrast_db`` replaces the graph's gate (0: off)."""
+    if contrast_db is None:
+        contrast_db = float(meta["contrast_db"]) if "contrast_db" in meta else None
+    gate = contrast_db if contrast_db else None
     if threshold is not None:
-        return DecisionConfig(threshold, smooth_frames, refractory_s, keywords)
+        return DecisionConfig(threshold, smooth_frames, refractory_s, keywords, contrast_db=gate)
     per_class = json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {}
-    return DecisionConfig(float(meta.get("threshold", 0.7)), smooth_frames, refractory_s, keywords, per_class)
+    return DecisionConfig(float(meta.get("threshold", 0.7)), smooth_frames, refractory_s, keywords, per_class, gate)
 
 
 class KeywordDecider:
@@ -79,16 +101,30 @@ class KeywordDecider:
         self._frames = 0
         self._last_fire = -np.inf
         self._armed = True
+        self._power = np.zeros(0)  # mean power of the latest frames, oldest first (contrast gate)
+        self._span = round((PEAK_SPAN_S + BEFORE_S[0] + LEVEL_S) / self.frame_s) + 1  # frames the gate reads
 
-    def process(self, logits: np.ndarray) -> list[Detection]:
-        """Consume frame logits ``(classes, frames)``; returns the detections they trigger."""
+    def process(self, logits: np.ndarray, audio: np.ndarray | None = None) -> list[Detection]:
+        """Consume frame logits ``(classes, frames)``; returns the detections they trigger. ``audio (frames *
+        stride,)``: the graph-rate samples the frames were computed from (needed by the contrast gate)."""
         logits = np.asarray(logits, np.float64)
         if logits.ndim != 2 or logits.shape[0] != len(self.labels):
             raise ValueError(f"expected logits of shape ({len(self.labels)}, frames), got {logits.shape}")
+        frames = logits.shape[1]
+        if self.config.contrast_db is not None:
+            if audio is None or (frames and len(audio) % frames) or (not frames and len(audio)):
+                got = "no audio" if audio is None else f"{len(audio)} samples"
+                raise ValueError(f"the contrast gate needs the audio of the {frames} frames (a whole number of "
+                                 f"samples per frame), got {got}")  # fmt: skip
+        power, past = self._power, len(self._power)
+        if self.config.contrast_db is not None and frames:
+            x = np.asarray(audio, np.float64).reshape(frames, -1)
+            power = np.concatenate([self._power, np.mean(x * x, axis=1)])
+            self._power = power[-self._span :]
         probs = np.exp(logits - logits.max(axis=0))
         probs /= probs.sum(axis=0)
         events = []
-        for f in range(probs.shape[1]):
+        for f in range(frames):
             self._window.append(probs[:, f])
             self._frames += 1
             smooth = np.mean(self._window, axis=0)
@@ -96,7 +132,33 @@ class KeywordDecider:
             best = int(np.argmax(np.where(self.active, smooth - self.thresholds, -np.inf)))
             if smooth[best] < self.thresholds[best]:
                 self._armed = True  # the last detection's word has left the window
-            elif self._armed and t - self._last_fire >= self.config.refractory_s:
+            elif self._armed and t - self._last_fire >= self.config.refractory_s and self._stands_out(power, past + f):
                 events.append(Detection(self.labels[best], t, float(smooth[best])))
                 self._last_fire, self._armed = t, False
         return events
+
+    def _stands_out(self, power: np.ndarray, frame: int) -> bool:
+        """The contrast gate at ``frame`` of the frame powers ``power`` (True without a gate)."""
+        if self.config.contrast_db is None:
+            return True
+        return contrast_db(power[max(0, frame + 1 - self._span) : frame + 1], self.frame_s) >= self.config.contrast_db
+
+
+def contrast_db(power: np.ndarray, frame_s: float) -> float:
+    """How far (dB) the loudest ``LEVEL_S`` of the last ``PEAK_SPAN_S`` stand above the level before them
+    (the 75th percentile of the frame levels from ``BEFORE_S[0]`` to ``BEFORE_S[1]`` before that peak);
+    ``inf`` with less than ``MIN_BEFORE_S`` of audio before it. ``power (frames,)``: mean power per frame,
+    oldest first, the decision's frame last."""
+    n = len(power)
+    level = max(1, round(LEVEL_S / frame_s))
+    if n == 0:
+        return np.inf
+    sums = np.cumsum(np.concatenate([[0.0], power]))
+    start = np.maximum(np.arange(n) - level + 1, 0)
+    mean = (sums[1:] - sums[start]) / (np.arange(n) - start + 1)  # causal mean over LEVEL_S (fewer at the start)
+    lo = max(0, n - 1 - round(PEAK_SPAN_S / frame_s))
+    peak = lo + int(np.argmax(mean[lo:]))
+    before = power[max(0, peak - round(BEFORE_S[0] / frame_s)) : max(0, peak - round(BEFORE_S[1] / frame_s))]
+    if len(before) < max(1, round(MIN_BEFORE_S / frame_s)):
+        return np.inf
+    return float(10 * np.log10(mean[peak] + 1e-12) - np.percentile(10 * np.log10(before + 1e-12), 75))

@@ -95,6 +95,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--smooth", type=int, default=4, help="frames of posterior smoothing")
     ap.add_argument("--refractory", type=float, default=1.0, help="seconds after a detection with no other")
+    ap.add_argument("--contrast", type=float, metavar="DB",
+                    help="the contrast gate: a keyword fires only if it stands DB above the second before it (a "
+                         "command after a pause or above the room, not a word inside running speech); "
+                         "0: off (default: the model's)")  # fmt: skip
     ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
@@ -164,8 +168,8 @@ class Listener:
         self.clear()
 
     def _decide(self) -> None:
-        for logits in self.stream.outputs():
-            for det in self.decider.process(logits):
+        for logits, audio in self.stream.chunks():
+            for det in self.decider.process(logits, audio):
                 self.counts[det.label] += 1
                 self.clear()
                 if self.as_json:
@@ -364,7 +368,9 @@ def _listener(args: argparse.Namespace) -> Listener:
     if info.task != "kws" or not info.labels:
         raise _fail(f"{args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
-    cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords)
+    if args.contrast is not None and args.contrast < 0:
+        raise _fail(f"--contrast must be 0 (off) or more dB, got {args.contrast:g}")
+    cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords, args.contrast)
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:

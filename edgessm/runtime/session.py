@@ -137,7 +137,7 @@ class Stream:
     def reset(self) -> None:
         self.state = self.model.initial_state()
         self._buf = np.zeros(0, np.float32)
-        self._pending: list[np.ndarray] = []
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (output, the chunk of audio it came from)
         self._resampler = None
         self._rate: int | None = None
         self.samples_in = 0  # samples accepted, at the graph's rate
@@ -172,9 +172,10 @@ class Stream:
         self._buf = np.concatenate([self._buf, x]) if len(self._buf) else x
         chunk = self.model.info.chunk
         while len(self._buf) >= chunk:
-            y, self.state = self.model.run(self._buf[:chunk], self.state)
+            x = self._buf[:chunk]
+            y, self.state = self.model.run(x, self.state)
             self._buf = self._buf[chunk:]
-            self._pending.append(y)
+            self._pending.append((y, x))
             self.chunks_done += 1
 
     def flush(self, extra: int = 0) -> None:
@@ -194,5 +195,11 @@ class Stream:
 
     def outputs(self) -> Iterator[np.ndarray]:
         """Outputs of the chunks processed since the last call, oldest first."""
+        for y, _ in self.chunks():
+            yield y
+
+    def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Like :meth:`outputs`, each output with the chunk of graph-rate audio ``(chunk,)`` it was computed
+        from (the last one zero-padded after :meth:`flush`)."""
         pending, self._pending = self._pending, []
         yield from pending
