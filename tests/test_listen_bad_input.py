@@ -68,9 +68,9 @@ def whole_file_detections(path: Path) -> list[dict]:
     stream, found = model.create_stream(), []
     for pos in range(0, len(audio), rate // 10):
         stream.accept_waveform(rate, audio[pos : pos + rate // 10])
-        found += [d for out in stream.outputs() for d in decider.process(out)]
+        found += [d for out, heard in stream.chunks() for d in decider.process(out, heard)]
     stream.flush()
-    found += [d for out in stream.outputs() for d in decider.process(out)]
+    found += [d for out, heard in stream.chunks() for d in decider.process(out, heard)]
     return [{"keyword": d.label, "time": round(d.time_s, 3), "score": round(d.score, 3)} for d in found]
 
 
