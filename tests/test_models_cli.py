@@ -29,6 +29,7 @@ def test_table_detail_and_json(shipped, capsys) -> None:
     assert main(["models", "kws35"]) == 0
     out = capsys.readouterr().out
     assert "labels         37:" in out and "_silence_" in out
+    assert "threshold      0.85" in out and "contrast gate  6 dB" in out  # the shipped decision
     assert main(["models", "--json"]) == 0
     (facts,) = json.loads(capsys.readouterr().out)
     assert facts["task"] == "kws" and facts["params"] > 10_000 and facts["chunk_ms"] > 0
@@ -45,3 +46,27 @@ def test_verify_finds_a_damaged_file(shipped, capsys) -> None:
     captured = capsys.readouterr()
     assert "DAMAGED" in captured.out
     assert "kws35/kws35.int8.onnx: sha256 differs from manifest.json" in captured.err
+
+
+def test_a_reader_that_goes_away_gets_no_traceback(shipped, tmp_path, monkeypatch) -> None:
+    """`edgessm models kws35 | head -1`: writing to the closed pipe raises BrokenPipeError; the command
+    ends quietly with 141 and points stdout at /dev/null so the interpreter's last flush cannot fail."""
+    import sys
+
+    class ClosedPipe:
+        def __init__(self) -> None:
+            self.file = open(tmp_path / "stdout", "w")  # its descriptor is what dup2 replaces
+
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            pass
+
+        def fileno(self) -> int:
+            return self.file.fileno()
+
+    pipe = ClosedPipe()
+    monkeypatch.setattr(sys, "stdout", pipe)
+    assert main(["models", "kws35"]) == 141
+    pipe.file.close()

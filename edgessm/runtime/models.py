@@ -50,6 +50,7 @@ def describe(folder: Path) -> dict:
         "labels": json.loads(meta["labels"]) if "labels" in meta else [],
         "threshold": float(meta["threshold"]) if "threshold" in meta else None,
         "class_thresholds": json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {},
+        "contrast_db": float(meta["contrast_db"]) if float(meta.get("contrast_db", 0) or 0) else None,
         "graphs": graphs,
         "budgets": manifest.get("budgets", {}),
         "card": str(folder / "README.md") if (folder / "README.md").is_file() else None,
@@ -139,6 +140,8 @@ def _detail(f: dict) -> None:
         print(f"  thresholds     per keyword, {span} (calibrated; listen --threshold X overrides)")
     elif f["threshold"] is not None:
         print(f"  threshold      {f['threshold']}")
+    if f.get("contrast_db") is not None:
+        print(f"  contrast gate  {f['contrast_db']:g} dB above the second before the word (listen --contrast 0: off)")
     print(f"  graphs         {', '.join(f['graphs'])}")
     if f["budgets"]:
         print(f"  budgets        {', '.join(sorted(f['budgets'], key=int))}")
