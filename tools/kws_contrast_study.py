@@ -5,7 +5,8 @@ with and without the gate, at several thresholds (how kws35's and kws35-es's dec
 
 Data (no test speaker): the keyword streams of ``edgessm eval --calibrate`` (seed 0: real validation
 speakers in a quiet room and over keyword-free validation speech, music and noise) and keyword-free
-validation audio, 1 h (seed 0) + 2 h (seed 1), a third each of speech, music and noise.
+validation audio, 1 h (seed 0) + 2 h (seed 1), a third each of speech, music and noise. Scored by
+:func:`edgessm.eval.kws.stream_metrics`, as ``edgessm eval`` scores streams.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import argparse
 
 from edgessm.eval.calibrate import validation_free, validation_keywords, validation_streams
-from edgessm.eval.kws import covered, detect, graph_logits
-from edgessm.eval.streams import score_stream
+from edgessm.eval.kws import stream_logits, stream_metrics
 from edgessm.runtime.kws import DecisionConfig
 from edgessm.runtime.registry import resolve_graph
 from edgessm.runtime.session import StepModel
@@ -27,25 +27,20 @@ def main() -> None:
     ap.add_argument("--gates", default="0,6", help="contrast gates in dB (0: none)")
     args = ap.parse_args()
     model = StepModel(resolve_graph(args.model))
-    info = model.info
-    streams = validation_streams(validation_keywords(), seed=0) + validation_free(1.0, 0) + validation_free(2.0, 1)
-    logits = [graph_logits(model, s.audio) for s in streams]
-    frame_s = info.stride / info.sample_rate
-    for th in (float(t) for t in args.thresholds.split(",")):
-        for gate in (float(g) for g in args.gates.split(",")):
-            cfg = DecisionConfig(th, contrast_db=gate or None)
-            rates, fa, hours, speech_fa, speech_hours = [], 0, 0.0, 0, 0.0
-            for s, lg in zip(streams, logits, strict=True):
-                sc = score_stream(detect(lg, info.labels, frame_s, cfg, covered(s.audio, lg, info.stride)),
-                                  s.placements, len(s.audio) / info.sample_rate)  # fmt: skip
-                if s.placements:
-                    rates.append(f"{s.kind.removeprefix('validation-')} {sc.detection_rate:.1%}")
-                else:
-                    fa, hours = fa + sc.false_accepts, hours + sc.duration_s / 3600
-                    if s.kind == "speech":
-                        speech_fa, speech_hours = speech_fa + sc.false_accepts, speech_hours + sc.duration_s / 3600
-            per_hour = f"FA/h on speech {speech_fa / speech_hours:.0f}, on all {fa / hours:.1f}"
-            print(f"threshold {th:g}, gate {gate:g} dB: " + ", ".join(rates) + "; " + per_hour, flush=True)
+    streams = validation_streams(validation_keywords(), seed=0)
+    free = validation_free(1.0, 0) + validation_free(2.0, 1)
+    logits = stream_logits(model, streams + free)
+    thresholds = [float(t) for t in args.thresholds.split(",")]
+    for gate in (float(g) for g in args.gates.split(",")):
+        sweep = stream_metrics(model, streams, free, thresholds, DecisionConfig(0.5, contrast_db=gate or None),
+                               logits=logits)["sweep"]  # fmt: skip
+        speech_hours = sum(len(s.audio) for s in free if s.kind == "speech") / model.info.sample_rate / 3600
+        for row in sweep:
+            rates = ", ".join(f"{k.removeprefix('validation-')} {v['detection_rate']:.1%}"
+                              for k, v in row["by_background"].items())  # fmt: skip
+            speech_fa = row["false_accepts_by_background"].get("speech", 0) / speech_hours
+            print(f"threshold {row['threshold']:g}, gate {gate:g} dB: {rates}; FA/h on speech {speech_fa:.0f}, "
+                  f"on all {row['false_accepts_per_hour']:.1f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -257,7 +257,6 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
                 sensitive = plan.sensitive
                 q = {"quantized": len(plan.quantized), "kept_float": len(plan.kept), "kept_float_nodes": plan.kept,
                      "sensitive_nodes": list(plan.sensitive), "check_snr_db": plan.snr_db}  # fmt: skip
-            q.setdefault("graph_snr_db", {})[qp.name] = plan.snr_db
         if verify_audio:
             q["output_snr_db"] = min(output_snr_db(graph, qpath, x[: len(x) - len(x) % chunk]) for x in verify_audio)
         if speech is not None and openvino_available():

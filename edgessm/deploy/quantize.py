@@ -26,6 +26,7 @@ int8. Two rewrites before calibration make their weights per-channel (:func:`pre
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -274,8 +275,10 @@ def quantize_int8(float_path: str | os.PathLike, out_path: str | os.PathLike, ca
             raise ValueError("no calibration audio: give at least one input longer than the graph's chunk")
         reference = _outputs(float_path, check)
 
+        tries = itertools.count()
+
         def quantized(exclude: Iterable[str], extra: Iterable[str] = (), every: int = 1) -> tuple[Path, float | None]:
-            path = Path(tmp) / f"q{len(list(Path(tmp).glob('q*.onnx')))}.onnx"
+            path = Path(tmp) / f"q{next(tries)}.onnx"
             reader.rewind(every)
             _quantize(prepared, path, reader, sorted({*exclude, *extra}), list(extra), metadata)
             return path, _agreement(reference, path, check)

@@ -293,7 +293,7 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
         fa_by: dict[str, int] = {}
         for s in fa_streams:
             dets = detect(logits[id(s)], info.labels, frame_s, cfg, covered(s.audio, logits[id(s)], info.stride))
-            fa_by[s.kind] = len(dets)
+            fa_by[s.kind] = fa_by.get(s.kind, 0) + len(dets)  # several streams of a kind add up
             fa += len(dets)
             fa_hours += len(s.audio) / info.sample_rate / 3600
         row.update(
