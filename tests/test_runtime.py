@@ -486,6 +486,24 @@ def test_listen_duration_limits_a_file(kws_graph, capsys) -> None:
     assert float(summary_of(capsys.readouterr().err)["heard"]) == pytest.approx(2.0, abs=1e-9)
 
 
+def test_listen_takes_the_input_as_its_positional_argument(kws_graph, capsys) -> None:
+    from edgessm.cli import main
+
+    _, path = kws_graph
+    demo = str(DEMOS / "keywords.wav")
+    base = ["listen", "--model", str(path), "--fast", "--threshold", "0", "--refractory", "1"]
+    assert main([*base, "--input", demo]) == 0
+    by_option = capsys.readouterr()
+    assert main([*base, demo]) == 0
+    positional = capsys.readouterr()
+    assert positional.out == by_option.out != ""  # the same detections
+    assert summary_of(positional.err)["heard"] == summary_of(by_option.err)["heard"]
+    assert main([*base, demo, "--input", demo]) == 0  # the same input twice is one input
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=r"two inputs given \(.*keywords.wav and --input -\); give one"):
+        main([*base, demo, "--input", "-"])
+
+
 COMMAND_WORDS = {"yes", "no", "up", "down", "left", "right", "on", "off", "stop", "go"}
 
 

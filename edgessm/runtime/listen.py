@@ -1,7 +1,7 @@
 """``edgessm listen``: live keyword spotting from the microphone or a file (torch-free).
 
 edgessm listen --model kws35                     # default microphone
-edgessm listen --model kws35 --input demo.wav    # a recording, as if it were live
+edgessm listen --model kws35 demo.wav           # a recording, as if it were live (or --input demo.wav)
 arecord -t raw -f S16_LE -r 16000 | edgessm listen --input -    # raw 16-bit PCM (or a 16-bit wav stream) on stdin
 
 Detections go to stdout, one line each (``--json``: one JSON object each). Everything else goes
@@ -65,7 +65,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the epilog's lines; options as usual
     ap.add_argument("--model", default="kws35", help="shipped model name or path to a keyword-spotting .onnx graph")
     ap.add_argument(
-        "--input", default="mic", help="'mic' (default), an audio file, or '-': raw PCM or a 16-bit wav stream on stdin"
+        "file", nargs="?", metavar="INPUT", help="the same as --input: an audio file, '-' (stdin) or 'mic'"
+    )
+    ap.add_argument(
+        "--input", default=None, help="'mic' (default), an audio file, or '-': raw PCM or a 16-bit wav stream on stdin"
     )
     ap.add_argument(
         "--rate", type=int, default=16000, help="sample rate of raw PCM on stdin (16-bit little-endian mono)"
@@ -334,7 +337,11 @@ def _exit_now_if_portaudio_is_stuck(code: int | str | None) -> None:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    """Refuse option values that cannot work, before a model is loaded or any input is read."""
+    """Refuse option values that cannot work, before a model is loaded or any input is read; settles
+    ``args.input`` (``--input`` or the positional INPUT, ``mic`` when neither is given)."""
+    if args.file is not None and args.input is not None and args.file != args.input:
+        raise _fail(f"two inputs given ({args.file} and --input {args.input}); give one")
+    args.input = args.input or args.file or "mic"
     if args.rate <= 0:
         raise _fail(f"--rate is the sample rate of raw PCM on stdin in Hz, got {args.rate}")
     if args.duration is not None and not args.duration >= 0:
