@@ -64,9 +64,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.epilog = EPILOG
     ap.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the epilog's lines; options as usual
     ap.add_argument("--model", default="kws35", help="shipped model name or path to a keyword-spotting .onnx graph")
-    ap.add_argument(
-        "file", nargs="?", metavar="INPUT", help="the same as --input: an audio file, '-' (stdin) or 'mic'"
-    )
+    ap.add_argument("file", nargs="?", metavar="INPUT", help="the same as --input: an audio file, '-' (stdin) or 'mic'")
     ap.add_argument(
         "--input", default=None, help="'mic' (default), an audio file, or '-': raw PCM or a 16-bit wav stream on stdin"
     )
