@@ -206,3 +206,50 @@ def test_the_contrast_gate_passes_a_word_at_the_stream_start_and_needs_the_audio
     assert graph_decision({"contrast_db": "6"}, contrast_db=0).contrast_db is None  # listen --contrast 0: off
     assert graph_decision({"contrast_db": "6"}, threshold=0.5).contrast_db == 6.0
     assert graph_decision({}).contrast_db is None
+
+
+@pytest.mark.parametrize(("after", "fires"), [("_silence_", True), ("_unknown_", False), ("no", True)])
+def test_the_speech_after_gate_holds_a_keyword_and_drops_one_followed_by_speech(after, fires) -> None:
+    """A keyword followed by a pause (or by another keyword: not "other speech") fires with its crossing's
+    time, reported once the 0.4 s after it have been heard; one followed by running speech (``_unknown_``)
+    never fires. Chunking does not change it, and nothing fires before the gate has seen its span."""
+    from edgessm.runtime.kws import AFTER_S
+
+    frame = 0.02
+    seq = ["_silence_"] * 50 + ["yes"] * 15 + [after] * 40
+    cfg = DecisionConfig(threshold=0.7, smooth_frames=4, refractory_s=2.0, speech_after=0.5)
+    plain = KeywordDecider(LABELS, frame, DecisionConfig(threshold=0.7, smooth_frames=4, refractory_s=2.0))
+    crossing = plain.process(_logits(seq))[0]
+    d = KeywordDecider(LABELS, frame, cfg)
+    reported = {}  # detection -> frames heard when it was reported
+    for k in range(len(seq)):
+        for e in d.process(_logits(seq[k : k + 1])):
+            reported[e] = k + 1
+    assert d.flush() == []
+    if not fires:
+        assert reported == {}
+        return
+    assert list(reported) == [crossing]  # the crossing's label, time and score
+    assert reported[crossing] == round(crossing.time_s / frame) + round(AFTER_S[1] / frame)
+    d = KeywordDecider(LABELS, frame, cfg)
+    whole = [*d.process(_logits(seq)), *d.flush()]
+    assert whole == [crossing]
+
+
+def test_the_speech_after_gate_decides_a_keyword_at_the_stream_end_on_what_it_heard() -> None:
+    from edgessm.runtime.kws import graph_decision
+
+    cfg = DecisionConfig(threshold=0.7, smooth_frames=4, speech_after=0.5)
+    d = KeywordDecider(LABELS, 0.02, cfg)
+    assert d.process(_logits(["_silence_"] * 20 + ["yes"] * 6)) == []  # held
+    assert [e.label for e in d.flush()] == ["yes"]  # nothing heard after it: it fires
+    assert d.flush() == []  # once
+    d = KeywordDecider(LABELS, 0.02, cfg)
+    assert d.process(_logits(["_silence_"] * 20 + ["yes"] * 6 + ["_unknown_"] * 12)) == []
+    assert d.flush() == []  # speech after it, within the span heard so far
+    with pytest.raises(ValueError, match="no _unknown_ class"):
+        KeywordDecider(["yes", "no", "_silence_"], 0.02, cfg)
+    assert graph_decision({"speech_after": "0.5"}).speech_after == 0.5
+    assert graph_decision({"speech_after": "0.5"}, speech_after=0).speech_after is None  # --speech-after 0: off
+    assert graph_decision({"speech_after": "0.5", "contrast_db": "6"}, threshold=0.8).speech_after == 0.5
+    assert graph_decision({}).speech_after is None

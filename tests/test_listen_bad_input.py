@@ -71,6 +71,7 @@ def whole_file_detections(path: Path) -> list[dict]:
         found += [d for out, heard in stream.chunks() for d in decider.process(out, heard)]
     stream.flush()
     found += [d for out, heard in stream.chunks() for d in decider.process(out, heard)]
+    found += decider.flush()  # a keyword the speech-after gate still holds
     return [{"keyword": d.label, "time": round(d.time_s, 3), "score": round(d.score, 3)} for d in found]
 
 

@@ -309,6 +309,13 @@ def test_listen_summary_goes_to_stderr_and_json_keeps_stdout_clean(kws_graph, ca
     assert 0 < len(gated) <= len(events) and all(e in events for e in gated)
     with pytest.raises(SystemExit, match="--contrast must be 0"):
         main([*args, "--contrast", "-3"])
+    # the speech-after gate reads an _unknown_ class, which this test model lacks: refused in one line
+    with pytest.raises(SystemExit, match="no _unknown_ class .turn the gate off: --speech-after 0"):
+        main([*args, "--speech-after", "0.5"])
+    with pytest.raises(SystemExit, match="--speech-after is a posterior in"):
+        main([*args, "--speech-after", "1.5"])
+    assert main([*args, "--json", "--speech-after", "0"]) == 0  # off: the plain decision
+    assert [json.loads(line) for line in capsys.readouterr()[0].splitlines()] == events
 
 
 @pytest.mark.parametrize(

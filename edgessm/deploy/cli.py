@@ -42,6 +42,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--contrast-db", type=float, metavar="DB",
                     help="keyword spotters: the graph's contrast gate (listen --contrast; a keyword must stand DB "
                          "above the second before it)")  # fmt: skip
+    ap.add_argument("--speech-after", type=float, metavar="P",
+                    help="keyword spotters: the graph's speech-after gate (listen --speech-after; a keyword fires "
+                         "only if the mean _unknown_ posterior 0.1-0.4 s after it is at most P)")  # fmt: skip
     ap.add_argument("--class-thresholds", metavar="CALIBRATION_JSON",
                     help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
@@ -98,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
         if args.contrast_db < 0:
             raise SystemExit(f"edgessm export: --contrast-db must be 0 (off) or more dB, got {args.contrast_db:g}")
         meta["contrast_db"] = f"{args.contrast_db:g}"
+    if args.speech_after is not None:
+        if not 0 <= args.speech_after <= 1:
+            raise SystemExit(f"edgessm export: --speech-after is a posterior in [0, 1] (0: off), "
+                             f"got {args.speech_after:g}")  # fmt: skip
+        meta["speech_after"] = f"{args.speech_after:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
     k_max = getattr(net, "k_max", None)

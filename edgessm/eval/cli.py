@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from edgessm.atomic import write_text
@@ -52,6 +53,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--contrast", type=float, metavar="DB",
                     help="keyword spotters: the contrast gate (a keyword must stand DB above the second before it; "
                          "0: off; default: the graph's, as in listen)")  # fmt: skip
+    ap.add_argument("--speech-after", type=float, metavar="P",
+                    help="keyword spotters: the speech-after gate (mean _unknown_ posterior 0.1-0.4 s after a "
+                         "keyword at most P; 0: off; default: the graph's, as in listen)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0, help="seed of the test streams")
     ap.add_argument(
         "--choose-threshold",
@@ -122,7 +126,7 @@ def _sets(spec: str | None, known: tuple[str, ...], check: bool = True) -> list[
 
 def run(args: argparse.Namespace) -> int:
     from edgessm.data.music import music_source
-    from edgessm.runtime.kws import DecisionConfig, graph_decision
+    from edgessm.runtime.kws import graph_decision
     from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
@@ -158,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
     report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
                     "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
-    shipped = graph_decision(model.info.extra, args.threshold, args.smooth, args.refractory, contrast_db=args.contrast)
+    shipped = graph_decision(model.info.extra, args.threshold, args.smooth, args.refractory, contrast_db=args.contrast,
+                             speech_after=args.speech_after)  # fmt: skip
     report["contrast_db"] = shipped.contrast_db
+    report["speech_after"] = shipped.speech_after
     calibrated = shipped if shipped.class_thresholds else None
     if calibrated is not None:
         report["decision"] = "calibrated"
@@ -182,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
     if "streams" in sets:
         thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), threshold})
-        cfg = DecisionConfig(threshold, args.smooth, args.refractory, contrast_db=shipped.contrast_db)
+        cfg = replace(shipped, threshold=threshold, class_thresholds={})
         streams = kws.keyword_streams(args.keywords_per_background, args.seed)
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
         report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress, calibrated)
@@ -436,7 +442,7 @@ FA_BUDGETS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 
 def _calibrate(model, args: argparse.Namespace, progress) -> int:
     """Per-keyword thresholds on validation streams, checked with the live decider at every budget (with the
-    graph's contrast gate, or ``--contrast``'s; the allocation itself does not model the gate)."""
+    graph's gates, or ``--contrast``'s and ``--speech-after``'s; the allocation itself does not model them)."""
     from edgessm.runtime.kws import DecisionConfig, graph_decision
 
     from . import calibrate, kws
@@ -448,21 +454,26 @@ def _calibrate(model, args: argparse.Namespace, progress) -> int:
     budgets = sorted({*FA_BUDGETS, args.max_fa})
     logits = kws.stream_logits(model, streams + free, progress)
     cal = calibrate.calibrate(model, streams, free, budgets, args.smooth, args.refractory, logits)
-    gate = graph_decision(model.info.extra, 0.5, contrast_db=args.contrast).contrast_db
-    base = DecisionConfig(0.5, args.smooth, args.refractory, contrast_db=gate)
+    gates = graph_decision(model.info.extra, 0.5, contrast_db=args.contrast, speech_after=args.speech_after)
+    gate = gates.contrast_db
+    base = DecisionConfig(0.5, args.smooth, args.refractory, contrast_db=gate, speech_after=gates.speech_after)
     thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), 0.97, 0.98, 0.99, 0.995})
     single = kws.stream_metrics(model, streams, free, thresholds, base, logits=logits)
     checked = []
     for budget in budgets:
-        cfg = DecisionConfig(0.5, args.smooth, args.refractory, (), cal["budgets"][budget], gate)
+        cfg = replace(base, class_thresholds=cal["budgets"][budget])
         row = kws.stream_metrics(model, streams, free, [], base, calibrated=cfg, logits=logits)["sweep"][0]
         checked.append({**row, "budget": budget, "threshold": "calibrated"})
     report = {"validation_keywords": len(words), "keyword_free_hours": cal["keyword_free_hours"],
               "max_fa_per_hour": args.max_fa, "chosen": cal["budgets"][args.max_fa], "calibrated": checked,
-              "single": single["sweep"], "allocation": cal, "contrast_db": gate}  # fmt: skip
+              "single": single["sweep"], "allocation": cal, "contrast_db": gate,
+              "speech_after": gates.speech_after}  # fmt: skip
     md = calibration_markdown(report)
     if gate is not None:
         md += f"\nDecisions with the contrast gate at {gate:g} dB (the allocation above does not model it).\n"
+    if gates.speech_after is not None:
+        md += (f"\nDecisions with the speech-after gate at {gates.speech_after:g} (the allocation above does not "
+               "model it).\n")  # fmt: skip
     print(md, end="")
     if args.out:
         out = Path(args.out)

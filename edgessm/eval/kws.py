@@ -237,7 +237,7 @@ def detect(logits: np.ndarray, labels: list[str], frame_s: float, config: Decisi
            audio: np.ndarray | None = None) -> list[tuple[str, float]]:  # fmt: skip
     """The detections of a whole stream; ``audio``: the samples its frames cover (the contrast gate's levels)."""
     decider = KeywordDecider(labels, frame_s, config)
-    return [(d.label, d.time_s) for d in decider.process(logits, audio)]
+    return [(d.label, d.time_s) for d in [*decider.process(logits, audio), *decider.flush()]]
 
 
 def covered(audio: np.ndarray, logits: np.ndarray, stride: int) -> np.ndarray:

@@ -100,6 +100,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="the contrast gate: a keyword fires only if it stands DB above the second before it (a "
                          "command after a pause or above the room, not a word inside running speech); "
                          "0: off (default: the model's)")  # fmt: skip
+    ap.add_argument("--speech-after", type=float, metavar="P",
+                    help="the speech-after gate: a keyword fires only if the model hears no running speech in the "
+                         "0.4 s after it (mean _unknown_ posterior at most P; reported 0.4 s later); 0: off "
+                         "(default: the model's)")  # fmt: skip
     ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
@@ -165,21 +169,26 @@ class Listener:
         t0 = time.perf_counter()
         self.stream.flush()
         self._decide()
+        for det in self.decider.flush():  # a keyword the speech-after gate still held
+            self._report(det)
         self.busy_s += time.perf_counter() - t0
         self.clear()
 
     def _decide(self) -> None:
         for logits, audio in self.stream.chunks():
             for det in self.decider.process(logits, audio):
-                self.counts[det.label] += 1
-                self.clear()
-                if self.as_json:
-                    # "time": seconds from the start of the stream at which the word's decision frame ended
-                    event = {"keyword": det.label, "time": round(det.time_s, 3), "score": round(det.score, 3)}
-                    print(json.dumps(event), flush=True)
-                else:
-                    print(f"{det.time_s:8.2f} s  {det.label:<10} {det.score:.2f}", flush=True)
-                self._next_draw = 0.0  # put the meter back at once
+                self._report(det)
+
+    def _report(self, det) -> None:
+        self.counts[det.label] += 1
+        self.clear()
+        if self.as_json:
+            # "time": seconds from the start of the stream at which the word's decision frame ended
+            event = {"keyword": det.label, "time": round(det.time_s, 3), "score": round(det.score, 3)}
+            print(json.dumps(event), flush=True)
+        else:
+            print(f"{det.time_s:8.2f} s  {det.label:<10} {det.score:.2f}", flush=True)
+        self._next_draw = 0.0  # put the meter back at once
 
     # --- the meter: one line on stderr, rewritten in place ---------------------------------------
 
@@ -375,7 +384,10 @@ def _listener(args: argparse.Namespace) -> Listener:
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
     if args.contrast is not None and args.contrast < 0:
         raise _fail(f"--contrast must be 0 (off) or more dB, got {args.contrast:g}")
-    cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords, args.contrast)
+    if args.speech_after is not None and not 0 <= args.speech_after <= 1:
+        raise _fail(f"--speech-after is a posterior in [0, 1] (0: off), got {args.speech_after:g}")
+    cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords, args.contrast,
+                         args.speech_after)  # fmt: skip
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:
