@@ -29,7 +29,8 @@ def test_table_detail_and_json(shipped, capsys) -> None:
     assert main(["models", "kws35"]) == 0
     out = capsys.readouterr().out
     assert "labels         37:" in out and "_silence_" in out
-    assert "threshold      0.85" in out and "contrast gate  6 dB" in out  # the shipped decision
+    assert "threshold      0.8" in out and "contrast gate  6 dB" in out  # the shipped decision
+    assert "speech after   no running speech after the word (mean _unknown_ <= 0.5" in out
     assert main(["models", "--json"]) == 0
     (facts,) = json.loads(capsys.readouterr().out)
     assert facts["task"] == "kws" and facts["params"] > 10_000 and facts["chunk_ms"] > 0

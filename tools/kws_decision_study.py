@@ -1,0 +1,57 @@
+"""The keyword decision's gates on validation streams: detection rates and false accepts per hour of a keyword
+graph at several thresholds, with and without the contrast gate and the speech-after gate (how kws35's and
+kws35-es's decisions were chosen).
+
+    .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.95,0.9,0.85,0.8 --gates 0,3,6
+    .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.85,0.8,0.7 --gates 6 --after 0,0.5
+
+Data (no test speaker): the keyword streams of ``edgessm eval --calibrate`` (seed 0: real validation
+speakers in a quiet room and over keyword-free validation speech, music and noise) and keyword-free
+validation audio, 1 h (seed 0) + 2 h (seed 1), a third each of speech, music and noise. Scored by
+:func:`edgessm.eval.kws.stream_metrics`, as ``edgessm eval`` scores streams. ``--after-span A,B`` moves
+the speech-after gate's span (``edgessm.runtime.kws.AFTER_S``) for a study; the runtime's stays.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from edgessm.eval.calibrate import validation_free, validation_keywords, validation_streams
+from edgessm.eval.kws import stream_logits, stream_metrics
+from edgessm.runtime import kws
+from edgessm.runtime.kws import DecisionConfig
+from edgessm.runtime.registry import resolve_graph
+from edgessm.runtime.session import StepModel
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", help="a keyword spotter: shipped name, model folder or graph")
+    ap.add_argument("--thresholds", default="0.9,0.85,0.8")
+    ap.add_argument("--gates", default="0,6", help="contrast gates in dB (0: none)")
+    ap.add_argument("--after", default="0", help="speech-after gates: highest mean _unknown_ posterior (0: none)")
+    ap.add_argument("--after-span", help="the speech-after gate's span in seconds after the crossing, e.g. 0.1,0.3")
+    args = ap.parse_args()
+    if args.after_span:
+        kws.AFTER_S = tuple(float(x) for x in args.after_span.split(","))
+    model = StepModel(resolve_graph(args.model))
+    streams = validation_streams(validation_keywords(), seed=0)
+    free = validation_free(1.0, 0) + validation_free(2.0, 1)
+    logits = stream_logits(model, streams + free)
+    thresholds = [float(t) for t in args.thresholds.split(",")]
+    speech_hours = sum(len(s.audio) for s in free if s.kind == "speech") / model.info.sample_rate / 3600
+    for gate in (float(g) for g in args.gates.split(",")):
+        for after in (float(u) for u in args.after.split(",")):
+            cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None)
+            sweep = stream_metrics(model, streams, free, thresholds, cfg, logits=logits)["sweep"]
+            for row in sweep:
+                rates = ", ".join(f"{k.removeprefix('validation-')} {v['detection_rate']:.1%}"
+                                  for k, v in row["by_background"].items())  # fmt: skip
+                speech_fa = row["false_accepts_by_background"].get("speech", 0) / speech_hours
+                fa = row["false_accepts_per_hour"]
+                print(f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}: {rates}; "
+                      f"FA/h on speech {speech_fa:.0f}, on all {fa:.1f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
