@@ -258,7 +258,7 @@ def test_calibrate_writes_per_keyword_thresholds_a_det_table_and_plot(monkeypatc
     monkeypatch.setattr(calibrate, "validation_streams", lambda words, seed: [session])
     monkeypatch.setattr(calibrate, "validation_free", lambda hours, seed: [kws.StreamSet("noise", free, [])])
     args = SimpleNamespace(thresholds="0.5,0.9", seed=0, smooth=4, refractory=1.0, max_fa=1.0, calibration_hours=0.01,
-                           contrast=None, out=str(tmp_path / "cal"))  # fmt: skip
+                           contrast=None, speech_after=None, out=str(tmp_path / "cal"))  # fmt: skip
     assert _calibrate(EnergyModel(), args, lambda it, _: it) == 0
     report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     assert 0.75 < report["chosen"]["yes"] <= 1.0  # above the 3/4 the keyword-free audio reaches: no false accept

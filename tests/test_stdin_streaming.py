@@ -131,7 +131,7 @@ def test_listen_reads_a_wav_stream_whose_header_outgrows_the_first_read(tmp_path
         assert main(command) == 0
         out, err = capsys.readouterr()
         if command[0] == "listen":
-            assert out == by_path and "summary: 13.78 s of audio heard, 7 detections" in err  # demos/README.md (v8)
+            assert out == by_path and "summary: 13.78 s of audio heard, 8 detections" in err  # demos/README.md
         else:
             assert "transcribed 13.8 s of audio" in err
 
