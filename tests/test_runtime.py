@@ -310,7 +310,7 @@ def test_listen_summary_goes_to_stderr_and_json_keeps_stdout_clean(kws_graph, ca
     with pytest.raises(SystemExit, match="--contrast must be 0"):
         main([*args, "--contrast", "-3"])
     # the speech-after gate reads an _unknown_ class, which this test model lacks: refused in one line
-    with pytest.raises(SystemExit, match="no _unknown_ class .turn the gate off: --speech-after 0"):
+    with pytest.raises(SystemExit, match=r"no _unknown_ class \(turn the gate off: --speech-after 0\)"):
         main([*args, "--speech-after", "0.5"])
     with pytest.raises(SystemExit, match="--speech-after is a posterior in"):
         main([*args, "--speech-after", "1.5"])
