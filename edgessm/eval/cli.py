@@ -443,7 +443,7 @@ FA_BUDGETS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 def _calibrate(model, args: argparse.Namespace, progress) -> int:
     """Per-keyword thresholds on validation streams, checked with the live decider at every budget (with the
     graph's gates, or ``--contrast``'s and ``--speech-after``'s; the allocation itself does not model them)."""
-    from edgessm.runtime.kws import DecisionConfig, graph_decision
+    from edgessm.runtime.kws import graph_decision
 
     from . import calibrate, kws
     from .report import calibration_markdown, calibration_plot
@@ -454,9 +454,10 @@ def _calibrate(model, args: argparse.Namespace, progress) -> int:
     budgets = sorted({*FA_BUDGETS, args.max_fa})
     logits = kws.stream_logits(model, streams + free, progress)
     cal = calibrate.calibrate(model, streams, free, budgets, args.smooth, args.refractory, logits)
-    gates = graph_decision(model.info.extra, 0.5, contrast_db=args.contrast, speech_after=args.speech_after)
-    gate = gates.contrast_db
-    base = DecisionConfig(0.5, args.smooth, args.refractory, contrast_db=gate, speech_after=gates.speech_after)
+    base = graph_decision(
+        model.info.extra, 0.5, args.smooth, args.refractory, contrast_db=args.contrast, speech_after=args.speech_after
+    )  # the graph's gates (or the options'), one threshold
+    gate = base.contrast_db
     thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), 0.97, 0.98, 0.99, 0.995})
     single = kws.stream_metrics(model, streams, free, thresholds, base, logits=logits)
     checked = []
@@ -467,12 +468,12 @@ def _calibrate(model, args: argparse.Namespace, progress) -> int:
     report = {"validation_keywords": len(words), "keyword_free_hours": cal["keyword_free_hours"],
               "max_fa_per_hour": args.max_fa, "chosen": cal["budgets"][args.max_fa], "calibrated": checked,
               "single": single["sweep"], "allocation": cal, "contrast_db": gate,
-              "speech_after": gates.speech_after}  # fmt: skip
+              "speech_after": base.speech_after}  # fmt: skip
     md = calibration_markdown(report)
     if gate is not None:
         md += f"\nDecisions with the contrast gate at {gate:g} dB (the allocation above does not model it).\n"
-    if gates.speech_after is not None:
-        md += (f"\nDecisions with the speech-after gate at {gates.speech_after:g} (the allocation above does not "
+    if base.speech_after is not None:
+        md += (f"\nDecisions with the speech-after gate at {base.speech_after:g} (the allocation above does not "
                "model it).\n")  # fmt: skip
     print(md, end="")
     if args.out:
