@@ -24,6 +24,10 @@ COMMANDS = {
         "edgessm.data.label",
         "transcribe untranscribed recordings with the offline teacher (word times, confidence)",
     ),
+    "mine": (
+        "edgessm.train.mine",
+        "where a keyword model fires in keyword-free training speech: hard negatives for a fine-tune",
+    ),
     "pack": ("edgessm.train.pack", "a recipe's training data compressed into one folder, to train on another machine"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "lm": ("edgessm.train.lm", "a word n-gram model for transcribe --lm (licensed text, training transcripts)"),

@@ -256,6 +256,14 @@ class KwsData:
     # rendered once (8 s each, noise.MusicBank) instead of anew for every example: half of an example's
     # CPU time, which bounds GPU runs; 0 renders anew (kws35 v6 and before)
     music_pieces: int = 0
+    # Mined hard negatives (`edgessm mine`, :mod:`edgessm.train.mine`): a CSV of where a previous model
+    # fired in this recipe's keyword-free training speech. ``mined_fraction`` such examples per keyword
+    # example, each the recording's last ``context_samples + clip_samples`` up to 0.05-0.3 s after a
+    # detection (silence before its start), "no keyword" at every frame; the clip part augmented as a
+    # sentence negative is. Random crops (``sentence_negatives``) rarely hold the keyword-like moments of
+    # running speech where a live listener false-accepts.
+    mined_negatives: str = ""
+    mined_fraction: float = 0.0
 
 
 class KwsTask(Task):
@@ -362,7 +370,35 @@ class KwsTask(Task):
         # the training pass in item order; recorded clips repeated (silence and hard negatives follow it)
         self.train_order = [i for i, (c, _) in enumerate(splits["train"])
                             for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
+        self._prepare_mined(clips, splits["train"])
         self._prepared = True
+
+    def _prepare_mined(self, sentences: list[Clip], train: list[tuple[Clip, int]]) -> None:
+        """The mined negatives (``mined_negatives``) and a store of their recordings."""
+        self.mined: list = []
+        if self.data.mined_fraction < 0:
+            raise ValueError(f"data.mined_fraction must be >= 0, got {self.data.mined_fraction}")
+        if not self.data.mined_negatives:
+            if self.data.mined_fraction > 0:
+                raise ValueError("data.mined_fraction > 0 needs data.mined_negatives (a CSV of `edgessm mine`)")
+            return
+        from .mine import read_mined
+
+        if UNKNOWN not in self.labels:
+            raise ValueError("mined negatives are _unknown_ examples; this recipe has no _unknown_ class")
+        self.mined = read_mined(self.data.mined_negatives)
+        if not self.mined:
+            raise ValueError(f"{self.data.mined_negatives}: no mined negatives (the model fired nowhere)")
+        # only the recipe's own keyword-free training speech: never a validation or test speaker
+        allowed = {c.path for c in sentences} | {c.path for c, lab in train if self.labels[lab] == UNKNOWN}
+        strange = sorted({m.path for m in self.mined} - allowed)
+        if strange:
+            raise ValueError(f"{self.data.mined_negatives}: {len(strange)} recordings are not keyword-free "
+                             f"training speech of this recipe (e.g. {strange[0]}); mine with the same recipe "
+                             "and sources (`edgessm mine RECIPE`)")  # fmt: skip
+        paths = sorted({m.path for m in self.mined})
+        self.mined_store = AudioStore(paths, progress=True)
+        self.mined_clip = [paths.index(m.path) for m in self.mined]
 
     def _context(self, n: int, r: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
         """``n`` samples of background: speech, music, noise or near-silence; and the span ``(start, end)``
@@ -397,6 +433,8 @@ class KwsTask(Task):
         return out, (start, start + len(x))
 
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+        if split == "train" and index >= self._n_plain():
+            return self._mined_example(index, rng)
         ex = self._clip_example(split, index, rng)
         if self.data.context_samples:  # validation: after silence, as exported graphs start (describe())
             r = rng if rng is not None else item_rng(index)
@@ -444,14 +482,37 @@ class KwsTask(Task):
         positive_from = min(length - 1, word_end + int(self.data.frame_tolerance_s * SAMPLE_RATE))
         return {"audio": x.astype(np.float32)[None], "label": label, "positive_from": positive_from, **mix}
 
+    def _mined_example(self, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+        """A mined negative: the recording up to just after a detection, no keyword at any frame."""
+        r = rng if rng is not None else item_rng(index)
+        k = int(r.integers(len(self.mined)))
+        clip, length = self.mined_clip[k], self.data.clip_samples
+        total = self.data.context_samples + length
+        end = round((self.mined[k].time_s + r.uniform(0.05, 0.3)) * SAMPLE_RATE)
+        x = np.zeros(total, np.float32)
+        part = self.mined_store.slice(clip, end - total, end)  # silence before the recording (and after it)
+        start = max(0, total - end)
+        x[start : start + len(part)] = part
+        mix = self._unaugmented("train")
+        if self.augment is not None:
+            tail, mix = self._augmented(x[-length:], r)
+            x = np.concatenate([x[:-length], tail])
+        return {"audio": x.astype(np.float32)[None], "label": self.labels.index(UNKNOWN), "positive_from": 0,
+                "context": self.data.context_samples, "unsupervised": (0, 0), **mix}  # fmt: skip
+
     def _n_silence(self, n: int) -> int:
         return round(n * self.data.silence_fraction) if SILENCE in self.labels else 0
 
-    def train_set(self) -> torch.utils.data.Dataset:
-        self._prepare()
+    def _n_plain(self) -> int:
+        """Training items before the mined negatives: keyword clips, silence, sentence negatives."""
         n = len(self.train_order)
         negatives = round(n * self.data.sentence_negatives) if UNKNOWN in self.labels else 0
-        return _Items(n + self._n_silence(n) + negatives, lambda i, rng: self._example("train", i, rng))
+        return n + self._n_silence(n) + negatives
+
+    def train_set(self) -> torch.utils.data.Dataset:
+        self._prepare()
+        mined = round(len(self.train_order) * self.data.mined_fraction) if self.mined else 0
+        return _Items(self._n_plain() + mined, lambda i, rng: self._example("train", i, rng))
 
     def has_validation(self) -> bool:
         self._prepare()
