@@ -177,7 +177,8 @@ def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(mon
                         [kws.StreamSet("noise", audio, places)])  # fmt: skip
     monkeypatch.setattr(kws, "keyword_free_hour", lambda s, seed, src: [kws.StreamSet("noise", free, [])])
     args = SimpleNamespace(thresholds="0.5,0.7,0.8,0.9", keywords_per_background=3, seed=0, keyword_free_hours=0.01,
-                           smooth=4, refractory=1.0, max_fa=0.5, out=str(tmp_path / "ev"))  # fmt: skip
+                           smooth=4, refractory=1.0, max_fa=0.5, out=str(tmp_path / "ev"), contrast=None,
+                           speech_after=None)  # fmt: skip
     assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 0
     assert sources == ["synth-validation"]
     md = (tmp_path / "ev" / "threshold-validation.md").read_text()
@@ -187,6 +188,34 @@ def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(mon
     assert saved["chosen"] == 0.8 and saved["max_fa_per_hour"] == 0.5
     args.thresholds, args.out = "0.5,0.6", None
     assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 1  # nothing qualifies: exit status 1
+
+
+def test_choose_threshold_decides_with_the_graphs_gates_or_the_options(monkeypatch) -> None:
+    """The threshold is chosen for the decision the graph ships with: its contrast and speech-after gates
+    (the options replace them; 0 turns one off)."""
+    from edgessm.eval.cli import _choose_threshold
+
+    seen = []
+    monkeypatch.setattr(kws, "keyword_streams", lambda n, seed, source: [])
+    monkeypatch.setattr(kws, "keyword_free_hour", lambda s, seed, src: [])
+    monkeypatch.setattr(kws, "stream_metrics", lambda m, st, fr, th, cfg, p: seen.append(cfg) or
+                        {"sweep": [{"threshold": 0.8, "false_accepts_per_hour": 0.0}]})  # fmt: skip
+    monkeypatch.setattr("edgessm.eval.report.kws_markdown", lambda report: "")
+    model = EnergyModel()
+    model.info = SimpleNamespace(**{**vars(EnergyModel.info), "extra": {"contrast_db": "6", "speech_after": "0.5"}})
+    args = SimpleNamespace(thresholds="0.8", keywords_per_background=3, seed=0, keyword_free_hours=0.01, smooth=4,
+                           refractory=1.0, max_fa=0.5, out=None, contrast=None, speech_after=None)  # fmt: skip
+    assert _choose_threshold(model, args, lambda it, _: it) == 0
+    args.contrast, args.speech_after = 0.0, 0.3
+    assert _choose_threshold(model, args, lambda it, _: it) == 0
+    assert [(c.contrast_db, c.speech_after) for c in seen] == [(6.0, 0.5), (None, 0.3)]
+
+
+def test_eval_refuses_gates_out_of_range_before_reading_the_graph() -> None:
+    for option, value, says in (("--speech-after", "1.5", "posterior in [0, 1]"), ("--contrast", "-3", "0 (off)")):
+        bad = subprocess.run([sys.executable, "-m", "edgessm", "eval", "kws35", option, value], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+        assert bad.returncode != 0 and says in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
 
 
 def test_real_speech_background_is_the_half_of_speakers_training_leaves_out(monkeypatch) -> None:

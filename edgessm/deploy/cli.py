@@ -83,11 +83,14 @@ def verification_audio(seconds: float = 8.0) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgessm.runtime.kws import check_gates
+
     from .load import load_trained
     from .onnx_export import model_stride
     from .package import package
 
     try:
+        check_gates(args.contrast_db, args.speech_after, "--contrast-db")  # before the slow part
         net, desc = load_trained(args.model, args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
@@ -98,13 +101,8 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or Path(args.out).name or Path(args.model).name
     meta = {"threshold": str(args.threshold)} if args.threshold is not None else {}
     if args.contrast_db is not None:
-        if args.contrast_db < 0:
-            raise SystemExit(f"edgessm export: --contrast-db must be 0 (off) or more dB, got {args.contrast_db:g}")
         meta["contrast_db"] = f"{args.contrast_db:g}"
     if args.speech_after is not None:
-        if not 0 <= args.speech_after <= 1:
-            raise SystemExit(f"edgessm export: --speech-after is a posterior in [0, 1] (0: off), "
-                             f"got {args.speech_after:g}")  # fmt: skip
         meta["speech_after"] = f"{args.speech_after:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))

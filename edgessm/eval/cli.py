@@ -126,7 +126,7 @@ def _sets(spec: str | None, known: tuple[str, ...], check: bool = True) -> list[
 
 def run(args: argparse.Namespace) -> int:
     from edgessm.data.music import music_source
-    from edgessm.runtime.kws import graph_decision
+    from edgessm.runtime.kws import check_gates, graph_decision
     from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budgets:
         raise SystemExit("edgessm eval: --budgets goes with --budget-sweep")
     try:
+        check_gates(args.contrast, args.speech_after)
         path = resolve_graph(args.model, int8=args.int8, budget=args.budget)
         model = StepModel(path, threads=args.threads)
         check_budget(model.info.extra, args.budget, path.name)
@@ -409,7 +410,7 @@ def _budget_sweep(args: argparse.Namespace, sets: list[str], progress) -> int:
 
 
 def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
-    from edgessm.runtime.kws import DecisionConfig
+    from edgessm.runtime.kws import graph_decision
 
     from . import kws
     from .report import kws_markdown
@@ -417,7 +418,9 @@ def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
     thresholds = sorted({float(t) for t in args.thresholds.split(",")})
     streams = kws.keyword_streams(args.keywords_per_background, args.seed + 100, source="synth-validation")
     free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 101, "synth-validation")
-    cfg = DecisionConfig(thresholds[0], args.smooth, args.refractory)
+    # the graph's gates (or --contrast's and --speech-after's): the threshold is chosen for the decision it ships with
+    cfg = graph_decision(model.info.extra, thresholds[0], args.smooth, args.refractory, contrast_db=args.contrast,
+                         speech_after=args.speech_after)  # fmt: skip
     metrics = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
     metrics["keyword_source"] = "synth-validation"
     chosen = kws.pick_threshold(metrics["sweep"], args.max_fa)

@@ -69,6 +69,14 @@ MIN_BEFORE_S = 0.2  # less audio than this before the peak: the gate passes
 AFTER_S = (0.1, 0.4)
 
 
+def check_gates(contrast_db: float | None, speech_after: float | None, contrast_option: str = "--contrast") -> None:
+    """A ``ValueError`` naming the option when a gate's value is out of range (``None``: not given)."""
+    if contrast_db is not None and not contrast_db >= 0:
+        raise ValueError(f"{contrast_option} must be 0 (off) or more dB, got {contrast_db:g}")
+    if speech_after is not None and not 0 <= speech_after <= 1:
+        raise ValueError(f"--speech-after is a posterior in [0, 1] (0: off), got {speech_after:g}")
+
+
 def graph_decision(meta: dict[str, str], threshold: float | None = None, smooth_frames: int = 4,
                    refractory_s: float = 1.0, keywords: tuple[str, ...] = (),
                    contrast_db: float | None = None, speech_after: float | None = None) -> DecisionConfig:  # fmt: skip

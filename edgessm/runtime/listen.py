@@ -369,7 +369,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _listener(args: argparse.Namespace) -> Listener:
     """The model named by ``--model`` (a keyword spotter) with its decider, as a :class:`Listener`."""
-    from .kws import KeywordDecider, graph_decision
+    from .kws import KeywordDecider, check_gates, graph_decision
     from .registry import check_budget, resolve_graph
     from .session import StepModel
 
@@ -382,10 +382,10 @@ def _listener(args: argparse.Namespace) -> Listener:
     if info.task != "kws" or not info.labels:
         raise _fail(f"{args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
-    if args.contrast is not None and args.contrast < 0:
-        raise _fail(f"--contrast must be 0 (off) or more dB, got {args.contrast:g}")
-    if args.speech_after is not None and not 0 <= args.speech_after <= 1:
-        raise _fail(f"--speech-after is a posterior in [0, 1] (0: off), got {args.speech_after:g}")
+    try:
+        check_gates(args.contrast, args.speech_after)
+    except ValueError as e:
+        raise _fail(str(e)) from None
     cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords, args.contrast,
                          args.speech_after)  # fmt: skip
     try:
