@@ -166,6 +166,10 @@ def test_mined_negatives_must_be_the_recipes_own_keyword_free_training_speech(sc
         task.train_set()
     with pytest.raises(ValueError, match=r"needs data\.mined_negatives"):
         build_task(_config(sc_folder, manifest, mined_fraction=0.2)).train_set()
+    task = build_task(_config(sc_folder, manifest, mined_negatives=str(tmp_path / "m.csv"), mined_fraction=0.2))
+    task.data.sources = ("pack:/somewhere",)
+    with pytest.raises(ValueError, match="a data pack"):
+        task._prepare_mined([], [])
 
 
 def test_mine_cli_finds_the_keywords_hidden_in_a_keyword_free_sentence(sc_folder: Path, tmp_path: Path) -> None:

@@ -386,6 +386,9 @@ class KwsTask(Task):
 
         if UNKNOWN not in self.labels:
             raise ValueError("mined negatives are _unknown_ examples; this recipe has no _unknown_ class")
+        if any(s.startswith("pack:") for s in self.data.sources):
+            raise ValueError("mined negatives name the source recordings, which a data pack (--pack) does not "
+                             "keep as they are; train on the recipe's sources")  # fmt: skip
         self.mined = read_mined(self.data.mined_negatives)
         if not self.mined:
             raise ValueError(f"{self.data.mined_negatives}: no mined negatives (the model fired nowhere)")
