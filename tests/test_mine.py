@@ -166,10 +166,6 @@ def test_mined_negatives_must_be_the_recipes_own_keyword_free_training_speech(sc
         task.train_set()
     with pytest.raises(ValueError, match=r"needs data\.mined_negatives"):
         build_task(_config(sc_folder, manifest, mined_fraction=0.2)).train_set()
-    task = build_task(_config(sc_folder, manifest, mined_negatives=str(tmp_path / "m.csv"), mined_fraction=0.2))
-    task.data.sources = ("pack:/somewhere",)
-    with pytest.raises(ValueError, match="a data pack"):
-        task._prepare_mined([], [])
 
 
 def test_mine_cli_finds_the_keywords_hidden_in_a_keyword_free_sentence(sc_folder: Path, tmp_path: Path) -> None:
@@ -220,3 +216,40 @@ def test_training_on_mined_negatives_runs(sc_folder: Path, tmp_path: Path) -> No
     with open(tmp_path / "run" / "log.csv") as f:
         logged = [r for r in csv.DictReader(f) if r.get("bg_loss")]
     assert len(logged) == 2 and all(np.isfinite(float(r["loss"])) for r in logged)
+
+
+def test_a_pack_carries_the_mined_recordings_and_training_from_it_reads_them(sc_folder: Path, tmp_path: Path,
+                                                                              capsys) -> None:  # fmt: skip
+    """`edgessm pack` of a recipe with mined negatives packs their recordings whole with a mined.csv naming
+    them at the same times; `train --pack` trains on them (nothing of the source folders needed there)."""
+    import json
+
+    from edgessm.cli import main
+    from edgessm.data import pack
+    from edgessm.data.store import AudioStore
+
+    manifest = _sentences(tmp_path / "sent")
+    rows = [Mined(str(tmp_path / "sent" / "s2.wav"), 0.9, "yes", 0.7), Mined(str(tmp_path / "sent" / "s0.wav"),
+                                                                           0.4, "no", 0.6)]  # fmt: skip
+    write_mined(tmp_path / "m.csv", rows)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'task = "kws"\n[model]\nchannels = [4]\nstates = [4]\nkinds = ["full"]\npools = [4]\n'
+                      f'[data]\nwords = "sc10"\nsources = ["speech_commands:{sc_folder}", "manifest:{manifest}"]\n'
+                      f'clip_samples = 8192\ncontext_samples = 4000\nmined_negatives = "{tmp_path / "m.csv"}"\n'
+                      f'mined_fraction = 0.5\n[train]\nsteps = 2\nbatch_size = 4\nworkers = 0\n')  # fmt: skip
+    out = tmp_path / "pack"
+    assert main(["pack", str(recipe), "--out", str(out)]) == 0
+    assert json.loads((out / "pack.json").read_text())["mined"] == 2
+    packed = read_mined(out / "mined.csv")
+    assert [(m.word, m.time_s) for m in packed] == [("yes", 0.9), ("no", 0.4)]
+    assert all(pack.is_ref(m.path) and m.path.startswith(str(out.resolve())) for m in packed)
+    store = AudioStore([m.path for m in packed])
+    for i, m in enumerate(rows):  # the whole recording (Opus: the level and length kept)
+        x, y = store[i], load_audio(m.path)[0]
+        assert len(x) == len(y)
+        assert abs(20 * np.log10(np.sqrt(np.mean(x**2)) / np.sqrt(np.mean(y**2)))) < 1.0
+    (tmp_path / "m.csv").unlink()  # the training machine has only the pack
+    run = tmp_path / "run"
+    assert main(["train", str(recipe), "--pack", str(out), "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
+    assert "done: step 2 of 2" in capsys.readouterr().out
+    assert json.loads((run / "config.json").read_text())["data"]["mined_negatives"] == str(out.resolve() / "mined.csv")

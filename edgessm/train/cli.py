@@ -78,6 +78,8 @@ def pack_overrides(cfg, folder: str) -> list[str]:
         out = [f"data.sources={[f'pack:{root}']!r}"]
     if cfg.data.get("noise"):
         out.append(f"data.noise={[f'pack:{root}']!r}")
+    if (root / "mined.csv").is_file():  # the recipe's mined negatives, packed with their recordings
+        out.append(f"data.mined_negatives={str(root / 'mined.csv')!r}")
     rirs = cfg.augment.get("rirs")
     if isinstance(rirs, dict) and (rirs.get("measured") or rirs.get("simulated")):  # all of them are in the pack
         out += [f"augment.rirs.measured={str(root / 'rirs')!r}", "augment.rirs.simulated=0"]

@@ -69,7 +69,7 @@ def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Ite
 
 
 def write_mined(path: str | Path, rows: Sequence[Mined]) -> None:
-    """The CSV ``path`` (atomically)."""
+    """The CSV ``path`` (atomically). Relative recording paths are read as relative to its folder."""
     from edgessm.atomic import write_text
 
     buf = io.StringIO()
@@ -89,8 +89,9 @@ def read_mined(path: str | Path) -> list[Mined]:
         if tuple(reader.fieldnames or ()) != FIELDS:
             raise ValueError(f"mined negatives {path}: columns {reader.fieldnames}, expected {list(FIELDS)} "
                              "(a CSV written by `edgessm mine`)")  # fmt: skip
+        root = path.parent.resolve()  # a relative path is the CSV folder's (a data pack's mined.csv)
         try:
-            rows = [Mined(r["path"], float(r["time_s"]), r["word"], float(r["score"])) for r in reader]
+            rows = [Mined(str(root / r["path"]), float(r["time_s"]), r["word"], float(r["score"])) for r in reader]
         except ValueError as e:
             raise ValueError(f"mined negatives {path}, line {reader.line_num}: {e}") from None
     if any(not np.isfinite(r.time_s) or r.time_s < 0 for r in rows):

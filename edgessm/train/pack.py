@@ -5,7 +5,9 @@ edgessm pack kws_v5 --out kws-pack --keep 'synth:*=0.25'    # a quarter of the s
 edgessm train kws_v5 --pack kws-pack --out runs/k --device cuda   # on the other machine
 
 Keyword clips are cut to their speech (plus a margin); sentences and noises stay whole; the room
-responses (simulated ones included) become files. The audio is Opus-encoded (``--level``: 0.96 is
+responses (simulated ones included) become files. A recipe with mined hard negatives
+(``data.mined_negatives``, ``edgessm mine``) packs their recordings whole (source ``mined``) and a
+``mined.csv`` naming them; ``edgessm train --pack`` reads it. The audio is Opus-encoded (``--level``: 0.96 is
 ~15 kb/s; see :mod:`edgessm.data.pack`). The clips keep the split
 they had here, so validation speakers stay out of training there.
 """
@@ -16,6 +18,8 @@ import argparse
 import fnmatch
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -113,6 +117,39 @@ def recipe_rirs(cfg) -> list[np.ndarray]:
     return list(bank.rirs) if bank is not None else []
 
 
+def packed_mined(task) -> list[Clip]:
+    """The recordings of a keyword recipe's mined negatives (``data.mined_negatives``) as clips to pack whole
+    (source ``mined``, no label or text: the recipe uses them only through the pack's ``mined.csv``)."""
+    from edgessm.data.labels import UNKNOWN
+
+    from .mine import read_mined
+    from .tasks import MINED_SOURCE
+
+    if not getattr(getattr(task, "data", None), "mined_negatives", ""):
+        return []
+    splits, sentences = task.select_clips()
+    unknown = task.labels.index(UNKNOWN) if UNKNOWN in task.labels else -1
+    known = {c.path: c for c in [*sentences, *(c for c, lab in splits["train"] if lab == unknown)]}
+    paths = sorted({m.path for m in read_mined(task.data.mined_negatives)})
+    strange = [p for p in paths if p not in known]
+    if strange:
+        raise ValueError(f"{task.data.mined_negatives}: {len(strange)} recordings are not keyword-free training "
+                         f"speech of this recipe (e.g. {strange[0]})")  # fmt: skip
+    return [Clip(p, speaker=known[p].speaker, split="train", source=MINED_SOURCE) for p in paths]
+
+
+def write_packed_mined(out, mined_csv: str, clips: list[Clip]) -> None:
+    """``out/mined.csv``: the rows of ``mined_csv`` naming the packed recordings (``clips``, in pack order)."""
+    from edgessm.data.pack import read_pack
+
+    from .mine import read_mined, write_mined
+
+    refs = {c.path: ref.path for c, ref in zip(clips, read_pack(out)[-len(clips) :], strict=True)}
+    root = Path(out).expanduser().resolve()
+    rows = [replace(m, path=str(Path(refs[m.path]).relative_to(root))) for m in read_mined(mined_csv)]
+    write_mined(root / "mined.csv", rows)
+
+
 def run(args: argparse.Namespace) -> int:
     from edgessm.data.corpora import CorpusError
     from edgessm.data.pack import write_pack
@@ -140,8 +177,13 @@ def run(args: argparse.Namespace) -> int:
             music = int(task.data.music_max_s * SAMPLE_RATE)
             trim = prepare
             prepare = lambda c, x: loudest_window(x, music) if c.source == "music" else trim(c, x)  # noqa: E731
+        mined = packed_mined(task)
+        clips += mined
+        info["mined"] = len(mined)
         summary = write_pack(args.out, clips, prepare, noises, rirs, args.level, args.shards, info=info,
                              noise_max_s=args.noise_max_s)  # fmt: skip
+        if mined:
+            write_packed_mined(args.out, task.data.mined_negatives, clips[-len(mined) :])
     except (FileNotFoundError, FileExistsError, ValueError, CorpusError) as e:
         raise SystemExit(f"edgessm pack: {e}") from None
     hours = sum(summary["hours"].values())

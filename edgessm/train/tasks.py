@@ -99,6 +99,9 @@ def load_sources(specs: list[str], words: str = "sc35") -> list[Clip]:
     return clips
 
 
+MINED_SOURCE = "mined"  # a data pack's recordings of the recipe's mined negatives (edgessm.train.pack)
+
+
 def _pack_clips(arg: str) -> list[Clip]:
     """``DIR`` or ``DIR@SOURCE,...``: the pack's clips, or only those of the named sources."""
     folder, _, names = arg.partition("@")
@@ -386,14 +389,15 @@ class KwsTask(Task):
 
         if UNKNOWN not in self.labels:
             raise ValueError("mined negatives are _unknown_ examples; this recipe has no _unknown_ class")
-        if any(s.startswith("pack:") for s in self.data.sources):
-            raise ValueError("mined negatives name the source recordings, which a data pack (--pack) does not "
-                             "keep as they are; train on the recipe's sources")  # fmt: skip
         self.mined = read_mined(self.data.mined_negatives)
         if not self.mined:
             raise ValueError(f"{self.data.mined_negatives}: no mined negatives (the model fired nowhere)")
-        # only the recipe's own keyword-free training speech: never a validation or test speaker
+        # only the recipe's own keyword-free training speech: never a validation or test speaker (in a data
+        # pack: the recordings `edgessm pack` took whole for its mined.csv, source "mined")
         allowed = {c.path for c in sentences} | {c.path for c, lab in train if self.labels[lab] == UNKNOWN}
+        for spec in self.data.sources:
+            if spec.startswith("pack:"):
+                allowed |= {c.path for c in _pack_clips(spec.removeprefix("pack:")) if c.source == MINED_SOURCE}
         strange = sorted({m.path for m in self.mined} - allowed)
         if strange:
             raise ValueError(f"{self.data.mined_negatives}: {len(strange)} recordings are not keyword-free "
