@@ -11,6 +11,9 @@ from edgessm.cli import main
 from edgessm.runtime import models, registry
 
 
+REPO_MODELS = registry.MODELS_DIR  # before any test points it elsewhere
+
+
 @pytest.fixture
 def shipped(tmp_path, monkeypatch):
     if not (registry.MODELS_DIR / "kws35" / "kws35.onnx").is_file():
@@ -29,12 +32,15 @@ def test_table_detail_and_json(shipped, capsys) -> None:
     assert main(["models", "kws35"]) == 0
     out = capsys.readouterr().out
     assert "labels         37:" in out and "_silence_" in out
-    assert "threshold      0.8" in out and "contrast gate  6 dB" in out  # the shipped decision
-    assert "speech after   no running speech after the word (mean _unknown_ <= 0.5" in out
+    assert "threshold      0.5" in out and "contrast gate  6 dB" in out  # the shipped decision
+    assert "speech after" not in out  # kws35 v9 ships without the speech-after gate
+    shutil.copytree(REPO_MODELS / "kws35-es", shipped / "kws35-es")  # a shipped spotter with the gate
+    assert main(["models", "kws35-es"]) == 0
+    assert "speech after   no running speech after the word (mean _unknown_ <= 0.5" in capsys.readouterr().out
     assert main(["models", "--json"]) == 0
-    (facts,) = json.loads(capsys.readouterr().out)
+    facts, _ = json.loads(capsys.readouterr().out)  # kws35, kws35-es
     assert facts["task"] == "kws" and facts["params"] > 10_000 and facts["chunk_ms"] > 0
-    with pytest.raises(SystemExit, match="no shipped model 'nope' \\(shipped: kws35\\)"):
+    with pytest.raises(SystemExit, match="no shipped model 'nope' \\(shipped: kws35, kws35-es\\)"):
         main(["models", "nope"])
 
 
