@@ -10,7 +10,6 @@ import pytest
 from edgessm.cli import main
 from edgessm.runtime import models, registry
 
-
 REPO_MODELS = registry.MODELS_DIR  # before any test points it elsewhere
 
 
