@@ -4,6 +4,7 @@
 #   tools/gpu/kit.sh denoise    # .carry/denoise (pack of the denoise_v3 recipe, real clean speech; ~35 MB)
 #                               #   + .carry/denoise_init.safetensors (the shipped denoiser, or INIT=...)
 #   tools/gpu/kit.sh kws        # .carry/kws (pack of kws_v7; ~50 MB) + .carry/kws_init.safetensors (kws35)
+#   MINED=mined.csv tools/gpu/kit.sh kws   # the same with mined hard negatives (edgessm mine) in the pack
 #
 # and the wheels (tools/gpu/wheels.sh). The tree that travels is at most 64 MiB: models/ (~50 MB) does not
 # fit beside a pack; tools/gpu/README.md says how a call is made.
@@ -32,7 +33,8 @@ kws)
     rm -rf .carry/kws
     "$edgessm" pack kws_v7 --out .carry/kws --level 0.97 --keep sc_train_subset=0.75 --keep picovoice=0.5 \
         --keep fsdd=0.2 --keep 'synth:*=0.3' --keep 'synth:espeak-ng=0.15' --keep 'synth:kokoro*=1' \
-        --keep real_sentences_pseudolabeled=0.6 --noise-max-s 30
+        --keep real_sentences_pseudolabeled=0.6 --noise-max-s 30 \
+        ${MINED:+--set data.mined_negatives=$MINED}   # MINED=CSV of `edgessm mine`: the pack carries them
     cp "${INIT:-models/kws35/model.safetensors}" .carry/kws_init.safetensors
     ;;
 *)
