@@ -115,11 +115,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 def keyword_free_training_speech(task, synthetic: bool = False) -> list[str]:
     """The recordings a :class:`~edgessm.train.tasks.KwsTask` treats as keyword-free training speech: its
     sentences and its ``_unknown_`` training clips (recorded ones only unless ``synthetic``)."""
-    from edgessm.data.labels import UNKNOWN
-
     splits, sentences = task.select_clips()
-    unknown = task.labels.index(UNKNOWN) if UNKNOWN in task.labels else -1
-    clips = [*sentences, *(c for c, lab in splits["train"] if lab == unknown)]
+    clips = task.keyword_free_training(sentences, splits["train"])
     return sorted({c.path for c in clips if synthetic or not c.source.startswith("synth")})
 
 

@@ -120,16 +120,13 @@ def recipe_rirs(cfg) -> list[np.ndarray]:
 def packed_mined(task) -> list[Clip]:
     """The recordings of a keyword recipe's mined negatives (``data.mined_negatives``) as clips to pack whole
     (source ``mined``, no label or text: the recipe uses them only through the pack's ``mined.csv``)."""
-    from edgessm.data.labels import UNKNOWN
-
     from .mine import read_mined
     from .tasks import MINED_SOURCE
 
     if not getattr(getattr(task, "data", None), "mined_negatives", ""):
         return []
     splits, sentences = task.select_clips()
-    unknown = task.labels.index(UNKNOWN) if UNKNOWN in task.labels else -1
-    known = {c.path: c for c in [*sentences, *(c for c, lab in splits["train"] if lab == unknown)]}
+    known = {c.path: c for c in task.keyword_free_training(sentences, splits["train"])}
     paths = sorted({m.path for m in read_mined(task.data.mined_negatives)})
     strange = [p for p in paths if p not in known]
     if strange:

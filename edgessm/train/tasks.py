@@ -394,7 +394,7 @@ class KwsTask(Task):
             raise ValueError(f"{self.data.mined_negatives}: no mined negatives (the model fired nowhere)")
         # only the recipe's own keyword-free training speech: never a validation or test speaker (in a data
         # pack: the recordings `edgessm pack` took whole for its mined.csv, source "mined")
-        allowed = {c.path for c in sentences} | {c.path for c, lab in train if self.labels[lab] == UNKNOWN}
+        allowed = {c.path for c in self.keyword_free_training(sentences, train)}
         for spec in self.data.sources:
             if spec.startswith("pack:"):
                 allowed |= {c.path for c in _pack_clips(spec.removeprefix("pack:")) if c.source == MINED_SOURCE}
@@ -405,7 +405,14 @@ class KwsTask(Task):
                              "and sources (`edgessm mine RECIPE`)")  # fmt: skip
         paths = sorted({m.path for m in self.mined})
         self.mined_store = AudioStore(paths, progress=True)
-        self.mined_clip = [paths.index(m.path) for m in self.mined]
+        where = {path: i for i, path in enumerate(paths)}
+        self.mined_clip = [where[m.path] for m in self.mined]
+
+    def keyword_free_training(self, sentences: list[Clip], train: list[tuple[Clip, int]]) -> list[Clip]:
+        """The recordings this recipe treats as keyword-free training speech (what ``edgessm mine`` searches):
+        its ``sentences`` and its ``_unknown_`` ``train`` clips (both as :meth:`select_clips` returns them)."""
+        unknown = self.labels.index(UNKNOWN) if UNKNOWN in self.labels else -1
+        return [*sentences, *(c for c, lab in train if lab == unknown)]
 
     def _context(self, n: int, r: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
         """``n`` samples of background: speech, music, noise or near-silence; and the span ``(start, end)``
