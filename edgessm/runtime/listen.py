@@ -355,6 +355,12 @@ def _check_options(args: argparse.Namespace) -> None:
         raise _fail(f"--duration is a number of seconds >= 0, got {args.duration}")
     if not args.mic_timeout >= 0:
         raise _fail(f"--mic-timeout is a number of seconds >= 0 (0: no timeout), got {args.mic_timeout}")
+    from .kws import check_gates
+
+    try:
+        check_gates(args.contrast, args.speech_after)
+    except ValueError as e:
+        raise _fail(str(e)) from None
     record = args.record
     if record is None:
         return
@@ -369,7 +375,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _listener(args: argparse.Namespace) -> Listener:
     """The model named by ``--model`` (a keyword spotter) with its decider, as a :class:`Listener`."""
-    from .kws import KeywordDecider, check_gates, graph_decision
+    from .kws import KeywordDecider, graph_decision
     from .registry import check_budget, resolve_graph
     from .session import StepModel
 
@@ -382,10 +388,6 @@ def _listener(args: argparse.Namespace) -> Listener:
     if info.task != "kws" or not info.labels:
         raise _fail(f"{args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
-    try:
-        check_gates(args.contrast, args.speech_after)
-    except ValueError as e:
-        raise _fail(str(e)) from None
     cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords, args.contrast,
                          args.speech_after)  # fmt: skip
     try:
