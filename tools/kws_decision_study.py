@@ -10,6 +10,11 @@ speakers in a quiet room and over keyword-free validation speech, music and nois
 validation audio, 1 h (seed 0) + 2 h (seed 1), a third each of speech, music and noise. Scored by
 :func:`edgessm.eval.kws.stream_metrics`, as ``edgessm eval`` scores streams. ``--after-span A,B`` moves
 the speech-after gate's span (``edgessm.runtime.kws.AFTER_S``) for a study; the runtime's stays.
+
+The rule that picks a decision, when ``--max-speech-fa`` and/or ``--max-wrong`` are given: of the rows whose
+false accepts per hour on speech and wrong-word rate (another keyword detected while one is said) stay within
+those bounds, the one that detects the most keywords over all backgrounds. Set the bounds from the shipped
+decision's own row, so a new model or decision is chosen only where it is no worse on either.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ def main() -> None:
     ap.add_argument("--gates", default="0,6", help="contrast gates in dB (0: none)")
     ap.add_argument("--after", default="0", help="speech-after gates: highest mean _unknown_ posterior (0: none)")
     ap.add_argument("--after-span", help="the speech-after gate's span in seconds after the crossing, e.g. 0.1,0.3")
+    ap.add_argument("--max-speech-fa", type=float, help="the rule's bound on false accepts per hour on speech")
+    ap.add_argument("--max-wrong", type=float, help="the rule's bound on the wrong-word rate, e.g. 0.07")
     args = ap.parse_args()
     if args.after_span:
         kws.AFTER_S = tuple(float(x) for x in args.after_span.split(","))
@@ -40,6 +47,7 @@ def main() -> None:
     logits = stream_logits(model, streams + free)
     thresholds = [float(t) for t in args.thresholds.split(",")]
     speech_hours = sum(len(s.audio) for s in free if s.kind == "speech") / model.info.sample_rate / 3600
+    admissible = []  # (detection rate, description) of the rows within the rule's bounds
     for gate in (float(g) for g in args.gates.split(",")):
         for after in (float(u) for u in args.after.split(",")):
             cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None)
@@ -49,8 +57,18 @@ def main() -> None:
                                   for k, v in row["by_background"].items())  # fmt: skip
                 speech_fa = row["false_accepts_by_background"].get("speech", 0) / speech_hours
                 fa = row["false_accepts_per_hour"]
-                print(f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}: {rates}; "
+                name = f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}"
+                print(f"{name}: {rates}; all {row['detection_rate']:.1%}, wrong word {row['wrong_word_rate']:.1%}; "
                       f"FA/h on speech {speech_fa:.0f}, on all {fa:.1f}", flush=True)  # fmt: skip
+                if (args.max_speech_fa is None or speech_fa <= args.max_speech_fa) and (
+                        args.max_wrong is None or row["wrong_word_rate"] <= args.max_wrong):  # fmt: skip
+                    admissible.append((row["detection_rate"], name))
+    if args.max_speech_fa is not None or args.max_wrong is not None:
+        if admissible:
+            rate, name = max(admissible)
+            print(f"chosen (most keywords within the bounds): {name} ({rate:.1%} of all keywords)")
+        else:
+            print("chosen: none; no row stays within the bounds")
 
 
 if __name__ == "__main__":
