@@ -437,3 +437,25 @@ def test_time_limit_writes_a_partial_manifest_and_the_rerun_completes_it(tmp_pat
     assert read_manifest(first.manifest) == []
     done = generate_corpus(tmp_path / "c", **kw)
     assert done.clips == 8 and done.missing_clips == 0 and done.synthesized == 8
+
+
+@pytest.mark.parametrize("name", ["default", "kokoro-words", "kokoro-kws", "kokoro-sentences", "mine"])
+def test_a_missing_corpus_says_the_command_that_builds_it(tmp_path, monkeypatch, name) -> None:
+    import argparse
+    import shlex
+
+    from edgessm.data import corpora
+    from edgessm.data.synth import cli
+
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path))
+    with pytest.raises(corpora.CorpusError, match=f"corpus '{name}' not found") as err:
+        corpora.synth_manifest(name)
+    command = re.search(r"generate it with `([^`]+)`", str(err.value)).group(1)
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    words = shlex.split(command)
+    assert words[:2] == ["edgessm", "synth"]
+    args = parser.parse_args(words[2:])  # the command is one `edgessm synth` accepts
+    assert (args.name or "default") == name
+    if name == "kokoro-kws":
+        assert set(cli._csv_or_list(args.words)) == set(SC35_WORDS)

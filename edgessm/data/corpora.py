@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from .labels import DIGITS, UNKNOWN, map_word
+from .labels import DIGITS, SC35_WORDS, UNKNOWN, map_word
 from .manifest import Clip
 
 AUDIO_EXTENSIONS = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus")
@@ -40,12 +40,26 @@ def cache_dir() -> Path:
     return Path(os.environ.get("EDGESSM_CACHE") or "~/.cache/edgessm").expanduser()
 
 
+#: How the recipes' named synthetic corpora are made (the README's and the recipes' commands): the error for a
+#: missing one says how to build it rather than a bare `--name`, which would make a default-engine corpus.
+SYNTH_COMMANDS = {
+    "default": "edgessm synth",
+    "kokoro-words": "edgessm synth --engines kokoro --words marvin,sheila,visual --blends 500 --keyword-reps 1 "
+                    "--voices 'kokoro:mix-*' --teacher-gate --name kokoro-words",
+    "kokoro-kws": f"edgessm synth --engines kokoro --words {','.join(sorted(SC35_WORDS))} --blends 150 "
+                  "--keyword-reps 1 --teacher-gate --name kokoro-kws",  # the 54 base voices and 150 blends
+    "kokoro-sentences": "edgessm synth --engines kokoro --kinds sentences --sentences 20 --blends 150 "
+                        "--text-sources wordnet,bible,gcide --name kokoro-sentences --time-limit 240",
+}  # fmt: skip
+
+
 def synth_manifest(name: str) -> Path:
     """The manifest of the synthetic corpus ``name`` (made by ``edgessm synth --name NAME``)."""
     path = cache_dir() / "synth" / name / "manifest.csv"
     if not path.is_file():
+        command = SYNTH_COMMANDS.get(name, f"edgessm synth --name {name}")
         raise CorpusError(
-            f"synthetic corpus {name!r} not found ({path}); generate it with `edgessm synth --name {name}` "
+            f"synthetic corpus {name!r} not found ({path}); generate it with `{command}` "
             "(or set EDGESSM_CACHE to where it lives)"
         )
     return path
