@@ -305,8 +305,10 @@ def test_session_report_has_wrong_word_rates_and_per_word_hits_at_the_headline_t
     places = [Placement("yes", 1.0, 1.6), Placement("no", 5.0, 5.5), Placement("yes", 9.0, 9.7)]
     by = {"session-commands": score_stream([("yes", 1.7), ("go", 5.6)], places, 12.0).summary()}
     sweep = [{"threshold": t, "by_background": by, "per_word": {"yes": {"hits": 1, "keywords": 2},
-                                                                "no": {"hits": 0, "keywords": 1}}}
+                                                                "no": {"hits": 0, "keywords": 1}},
+              "named_instead": {"no": {"go": 1}} if t == 0.9 else {"yes": {"up": 5}}}
              for t in (0.5, 0.9)]  # fmt: skip
     md = kws_markdown({"threshold": 0.9, "sessions": {"sweep": sweep}})
     assert "| **0.90** | 33.3% | - | 33.3% / - |" in md  # 1 of 3 hit; 'go' while 'no' was said
     assert "Sessions per word at 0.90" in md and "| no | 1 | 0.0% | yes | 2 | 50.0% |" in md
+    assert "Wrong words (said → detected instead, times): no → go 1." in md and "up 5" not in md

@@ -59,6 +59,14 @@ def test_scoring_hits_misses_false_accepts_and_time_error() -> None:
     assert s.summary()["hits"] == 2
     assert s.wrong_words == 1  # 'no' while 'yes' was said; the repeated 'yes' is a false accept, not a wrong word
     assert s.per_word == {"yes": [2, 2], "no": [0, 1]}
+    assert s.named_instead == {"yes": {"no": 1}} and s.summary()["named_instead"] == {"yes": {"no": 1}}
+
+
+def test_a_wrong_word_counts_against_the_keyword_said_nearest_before_it() -> None:
+    places = [Placement("left", 1.0, 1.5), Placement("right", 2.0, 2.5)]  # both windows hold t = 2.4
+    s = score_stream([("up", 2.4), ("up", 2.45), ("left", 8.0)], places, duration_s=10.0)
+    assert s.wrong_words == 2 and s.false_accepts == 3  # the 'left' at 8 s is far from any word: not wrong
+    assert s.named_instead == {"right": {"up": 2}}
 
 
 def test_user_session_streams_hold_real_words_with_short_pauses_over_a_quiet_room() -> None:

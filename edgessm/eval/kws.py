@@ -273,6 +273,7 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
         total_hits = total_kw = wrong = reached = 0
         errors: list[float] = []
         per_word: dict[str, list[int]] = {}
+        instead: dict[str, dict[str, int]] = {}  # said -> {the other keyword detected: count}
         for s in streams:
             dets = detect(logits[id(s)], info.labels, frame_s, cfg, covered(s.audio, logits[id(s)], info.stride))
             sc = score_stream(dets, s.placements, len(s.audio) / info.sample_rate)
@@ -284,6 +285,9 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
             total_kw += sc.hits + sc.misses
             wrong += sc.wrong_words
             errors += sc.time_errors_s
+            for said, heard in sc.named_instead.items():
+                for word, n in heard.items():
+                    instead.setdefault(said, {})[word] = instead.get(said, {}).get(word, 0) + n
             for word, (h, n) in sc.per_word.items():
                 per_word.setdefault(word, [0, 0])
                 per_word[word][0] += h
@@ -303,6 +307,7 @@ def stream_metrics(model: StepModel, streams: list[StreamSet], fa_streams: list[
             keywords=total_kw,
             wrong_word_rate=wrong / max(1, total_kw),  # detections of another keyword while one is said
             per_word={w: {"hits": h, "keywords": n} for w, (h, n) in sorted(per_word.items())},
+            named_instead={w: instead[w] for w in sorted(instead)},  # wrong words: said -> {detected: count}
             time_error_median_s=float(np.median(errors)) if errors else None,
             time_error_p90_abs_s=float(np.percentile(np.abs(errors), 90)) if errors else None,
             false_accepts=fa,

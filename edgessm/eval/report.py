@@ -124,6 +124,11 @@ def _session_words(sessions: dict, headline) -> list[str]:
     for a, b in zip(names[:half], [*names[half:], *[None] * (2 * half - len(names))], strict=True):
         right = f"{b} | {words[b]['keywords']} | {rate[b]}" if b else " | | "
         lines.append(f"| {a} | {words[a]['keywords']} | {rate[a]} | {right} |")
+    pairs = sorted(((n, said, heard) for said, got in rows[0].get("named_instead", {}).items()
+                    for heard, n in got.items()), key=lambda x: (-x[0], x[1], x[2]))  # fmt: skip
+    if pairs:
+        lines += ["", "Wrong words (said → detected instead, times): "
+                  + ", ".join(f"{said} → {heard} {n}" for n, said, heard in pairs) + "."]  # fmt: skip
     return [*lines, ""]
 
 

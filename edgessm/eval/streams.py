@@ -32,6 +32,7 @@ class StreamScore:
     time_errors_s: list[float] = field(default_factory=list)  # detection time - keyword end
     duration_s: float = 0.0
     per_word: dict[str, list[int]] = field(default_factory=dict)  # label -> [hits, placed]
+    named_instead: dict[str, dict[str, int]] = field(default_factory=dict)  # said -> {wrong word detected: count}
 
     @property
     def detection_rate(self) -> float:
@@ -54,6 +55,7 @@ class StreamScore:
             "wrong_words": self.wrong_words,
             "hours": self.duration_s / 3600,
             "per_word": self.per_word,
+            "named_instead": self.named_instead,
         }
 
 
@@ -109,8 +111,12 @@ def score_stream(detections: Sequence[tuple[str, float]], placements: Sequence[P
                 best, best_d = k, d
         if best is None:
             score.false_accepts += 1
-            score.wrong_words += any(p.label != label and p.start_s - early_s <= t <= p.end_s + late_s
-                                     for p in placements)  # fmt: skip
+            said = [p for p in placements if p.label != label and p.start_s - early_s <= t <= p.end_s + late_s]
+            if said:  # a wrong word: counted against the keyword said nearest before it
+                score.wrong_words += 1
+                word = min(said, key=lambda p: abs(t - p.end_s)).label
+                heard = score.named_instead.setdefault(word, {})
+                heard[label] = heard.get(label, 0) + 1
         else:
             used[best] = True
             score.hits += 1
