@@ -178,7 +178,7 @@ def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(mon
     monkeypatch.setattr(kws, "keyword_free_hour", lambda s, seed, src: [kws.StreamSet("noise", free, [])])
     args = SimpleNamespace(thresholds="0.5,0.7,0.8,0.9", keywords_per_background=3, seed=0, keyword_free_hours=0.01,
                            smooth=4, refractory=1.0, max_fa=0.5, out=str(tmp_path / "ev"), contrast=None,
-                           speech_after=None)  # fmt: skip
+                           speech_after=None, hold=None)  # fmt: skip
     assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 0
     assert sources == ["synth-validation"]
     md = (tmp_path / "ev" / "threshold-validation.md").read_text()
@@ -204,15 +204,16 @@ def test_choose_threshold_decides_with_the_graphs_gates_or_the_options(monkeypat
     model = EnergyModel()
     model.info = SimpleNamespace(**{**vars(EnergyModel.info), "extra": {"contrast_db": "6", "speech_after": "0.5"}})
     args = SimpleNamespace(thresholds="0.8", keywords_per_background=3, seed=0, keyword_free_hours=0.01, smooth=4,
-                           refractory=1.0, max_fa=0.5, out=None, contrast=None, speech_after=None)  # fmt: skip
+                           refractory=1.0, max_fa=0.5, out=None, contrast=None, speech_after=None, hold=None)  # fmt: skip
     assert _choose_threshold(model, args, lambda it, _: it) == 0
-    args.contrast, args.speech_after = 0.0, 0.3
+    args.contrast, args.speech_after, args.hold = 0.0, 0.3, 0.4
     assert _choose_threshold(model, args, lambda it, _: it) == 0
-    assert [(c.contrast_db, c.speech_after) for c in seen] == [(6.0, 0.5), (None, 0.3)]
+    assert [(c.contrast_db, c.speech_after, c.hold_s) for c in seen] == [(6.0, 0.5, 0.0), (None, 0.3, 0.4)]
 
 
 def test_eval_refuses_gates_out_of_range_before_reading_the_graph() -> None:
-    for option, value, says in (("--speech-after", "1.5", "posterior in [0, 1]"), ("--contrast", "-3", "0 (off)")):
+    for option, value, says in (("--speech-after", "1.5", "posterior in [0, 1]"), ("--contrast", "-3", "0 (off)"),
+                                ("--hold", "2", "--hold is in seconds")):  # fmt: skip
         bad = subprocess.run([sys.executable, "-m", "edgessm", "eval", "kws35", option, value], capture_output=True,
                              text=True, timeout=120)  # fmt: skip
         assert bad.returncode != 0 and says in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
@@ -287,7 +288,7 @@ def test_calibrate_writes_per_keyword_thresholds_a_det_table_and_plot(monkeypatc
     monkeypatch.setattr(calibrate, "validation_streams", lambda words, seed: [session])
     monkeypatch.setattr(calibrate, "validation_free", lambda hours, seed: [kws.StreamSet("noise", free, [])])
     args = SimpleNamespace(thresholds="0.5,0.9", seed=0, smooth=4, refractory=1.0, max_fa=1.0, calibration_hours=0.01,
-                           contrast=None, speech_after=None, out=str(tmp_path / "cal"))  # fmt: skip
+                           contrast=None, speech_after=None, hold=None, out=str(tmp_path / "cal"))  # fmt: skip
     assert _calibrate(EnergyModel(), args, lambda it, _: it) == 0
     report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     assert 0.75 < report["chosen"]["yes"] <= 1.0  # above the 3/4 the keyword-free audio reaches: no false accept

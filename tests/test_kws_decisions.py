@@ -253,3 +253,50 @@ def test_the_speech_after_gate_decides_a_keyword_at_the_stream_end_on_what_it_he
     assert graph_decision({"speech_after": "0.5"}, speech_after=0).speech_after is None  # --speech-after 0: off
     assert graph_decision({"speech_after": "0.5", "contrast_db": "6"}, threshold=0.8).speech_after == 0.5
     assert graph_decision({}).speech_after is None
+
+
+def _onset_then_word(weak: str = "no", strong: str = "yes") -> np.ndarray:
+    """A word whose start sounds like another keyword: ``weak`` crosses 0.7 first (posterior ~0.87),
+    then ``strong`` takes over (~1.0)."""
+    out = _logits(["_silence_"] * 50 + [weak] * 5 + [strong] * 15 + ["_silence_"] * 60)
+    out[LABELS.index(weak), 50:55] = 3.0
+    return out
+
+
+def test_a_hold_fires_the_strongest_keyword_of_the_hold_at_the_time_it_took_the_lead() -> None:
+    """Without a hold the onset's keyword fires; with one the word that follows and stands higher replaces
+    it, with the time it took the lead, reported when the hold ends; chunking does not change it."""
+    from edgessm.runtime.kws import graph_decision
+
+    frame = 0.02
+    base = {"threshold": 0.7, "smooth_frames": 4, "refractory_s": 2.0}
+    logits = _onset_then_word()
+    plain = KeywordDecider(LABELS, frame, DecisionConfig(**base)).process(logits)
+    assert [e.label for e in plain] == ["no"]
+    cfg = DecisionConfig(**base, hold_s=0.3)
+    d = KeywordDecider(LABELS, frame, cfg)
+    reported = {}
+    for k in range(logits.shape[1]):
+        for e in d.process(logits[:, k : k + 1]):
+            reported[e] = k + 1
+    assert d.flush() == []
+    ((event, heard),) = reported.items()
+    assert event.label == "yes" and event.score > 0.99
+    # "yes" starts at frame 56; its 4-frame mean stands further above 0.7 than no's best (0.87) from frame 59
+    assert round(event.time_s / frame) == 59
+    assert heard == round(plain[0].time_s / frame) + 15  # reported 0.3 s after the first crossing
+    d = KeywordDecider(LABELS, frame, cfg)
+    assert [*d.process(logits), *d.flush()] == [event]
+    # the same word rising further keeps its first crossing's time
+    same = KeywordDecider(LABELS, frame, cfg)
+    fired = [*same.process(_onset_then_word("yes", "yes")), *same.flush()]
+    assert [(e.label, round(e.time_s / frame)) for e in fired] == [("yes", round(plain[0].time_s / frame))]
+    assert graph_decision({"hold_s": "0.3"}).hold_s == 0.3
+    assert graph_decision({"hold_s": "0.3"}, hold_s=0).hold_s == 0
+    assert graph_decision({}).hold_s == 0
+
+
+@pytest.mark.parametrize("hold", [-0.1, 1.5])
+def test_a_hold_outside_zero_to_one_second_is_refused(hold) -> None:
+    with pytest.raises(ValueError, match=r"--hold is in seconds, 0 \(off\) to 1"):
+        KeywordDecider(LABELS, 0.02, DecisionConfig(hold_s=hold))

@@ -316,6 +316,14 @@ def test_listen_summary_goes_to_stderr_and_json_keeps_stdout_clean(kws_graph, ca
         main([*args, "--speech-after", "1.5"])
     assert main([*args, "--json", "--speech-after", "0"]) == 0  # off: the plain decision
     assert [json.loads(line) for line in capsys.readouterr()[0].splitlines()] == events
+    # a hold: one detection per crossing still, each the hold's strongest word, timed within the hold
+    assert main([*args, "--json", "--hold", "0.3"]) == 0
+    held = [json.loads(line) for line in capsys.readouterr()[0].splitlines()]
+    assert len(held) == len(events)
+    assert all(0 <= h["time"] - e["time"] <= 0.3 + 1e-6 and h["score"] >= e["score"] - 1e-3
+               for h, e in zip(held, events, strict=True))  # fmt: skip
+    with pytest.raises(SystemExit, match="--hold is in seconds"):
+        main([*args, "--hold", "-1"])
 
 
 @pytest.mark.parametrize(

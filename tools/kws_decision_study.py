@@ -4,6 +4,7 @@ kws35-es's decisions were chosen).
 
     .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.95,0.9,0.85,0.8 --gates 0,3,6
     .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.85,0.8,0.7 --gates 6 --after 0,0.5
+    .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.5,0.6 --gates 6 --hold 0,0.2,0.4
 
 Data (no test speaker): the keyword streams of ``edgessm eval --calibrate`` (seed 0: real validation
 speakers in a quiet room and over keyword-free validation speech, music and noise) and keyword-free
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--thresholds", default="0.9,0.85,0.8")
     ap.add_argument("--gates", default="0,6", help="contrast gates in dB (0: none)")
     ap.add_argument("--after", default="0", help="speech-after gates: highest mean _unknown_ posterior (0: none)")
+    ap.add_argument("--hold", default="0", help="holds in seconds: the hold's strongest keyword fires (0: none)")
     ap.add_argument("--after-span", help="the speech-after gate's span in seconds after the crossing, e.g. 0.1,0.3")
     ap.add_argument("--max-speech-fa", type=float, help="the rule's bound on false accepts per hour on speech")
     ap.add_argument("--max-wrong", type=float, help="the rule's bound on the wrong-word rate, e.g. 0.07")
@@ -49,15 +51,15 @@ def main() -> None:
     speech_hours = sum(len(s.audio) for s in free if s.kind == "speech") / model.info.sample_rate / 3600
     admissible = []  # (detection rate, description) of the rows within the rule's bounds
     for gate in (float(g) for g in args.gates.split(",")):
-        for after in (float(u) for u in args.after.split(",")):
-            cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None)
+        for after, hold in ((float(u), float(h)) for u in args.after.split(",") for h in args.hold.split(",")):
+            cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None, hold_s=hold)
             sweep = stream_metrics(model, streams, free, thresholds, cfg, logits=logits)["sweep"]
             for row in sweep:
                 rates = ", ".join(f"{k.removeprefix('validation-')} {v['detection_rate']:.1%}"
                                   for k, v in row["by_background"].items())  # fmt: skip
                 speech_fa = row["false_accepts_by_background"].get("speech", 0) / speech_hours
                 fa = row["false_accepts_per_hour"]
-                name = f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}"
+                name = f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}, hold {hold:g} s"
                 print(f"{name}: {rates}; all {row['detection_rate']:.1%}, wrong word {row['wrong_word_rate']:.1%}; "
                       f"FA/h on speech {speech_fa:.0f}, on all {fa:.1f}", flush=True)  # fmt: skip
                 if (args.max_speech_fa is None or speech_fa <= args.max_speech_fa) and (

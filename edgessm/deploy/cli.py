@@ -45,6 +45,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--speech-after", type=float, metavar="P",
                     help="keyword spotters: the graph's speech-after gate (listen --speech-after; a keyword fires "
                          "only if the mean _unknown_ posterior 0.1-0.4 s after it is at most P)")  # fmt: skip
+    ap.add_argument("--hold", type=float, metavar="S",
+                    help="keyword spotters: the graph's hold (listen --hold; the strongest keyword within S seconds "
+                         "of a crossing fires)")  # fmt: skip
     ap.add_argument("--class-thresholds", metavar="CALIBRATION_JSON",
                     help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
@@ -90,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     from .package import package
 
     try:
-        check_gates(args.contrast_db, args.speech_after, "--contrast-db")  # before the slow part
+        check_gates(args.contrast_db, args.speech_after, "--contrast-db", args.hold)  # before the slow part
         net, desc = load_trained(args.model, args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
@@ -104,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         meta["contrast_db"] = f"{args.contrast_db:g}"
     if args.speech_after is not None:
         meta["speech_after"] = f"{args.speech_after:g}"
+    if args.hold:
+        meta["hold_s"] = f"{args.hold:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
     k_max = getattr(net, "k_max", None)

@@ -29,6 +29,12 @@ it is *reported* ``AFTER_S[1]`` seconds later (the decision's added latency). A 
 the stream ends is decided on the frames heard after it (none: it fires), by :meth:`KeywordDecider.flush`.
 The model's posterior, not the level, so keywords over music and noise keep firing (a level test after
 the word cut them).
+
+**Strongest word in a hold** (``hold_s``, optional): the start of a word can sound like another keyword
+("le-" of *left* like *yes*), whose posterior then crosses first. With a hold a keyword that crosses its
+threshold is held for ``hold_s`` seconds (at least the speech-after gate's span when that gate is on), and
+the keyword standing furthest above its own threshold at any frame of the hold is the one that fires, at the
+time it took the lead. The detection is *reported* when the hold ends (the added latency).
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ class DecisionConfig:
     class_thresholds: dict[str, float] = field(default_factory=dict)  # per keyword; the others: threshold
     contrast_db: float | None = None  # the contrast gate (module docstring); None: off
     speech_after: float | None = None  # the speech-after gate's highest mean _unknown_ posterior; None: off
+    hold_s: float = 0.0  # hold a crossing keyword this long; the strongest keyword of the hold fires (0: off)
 
 
 # the contrast gate's spans, in seconds
@@ -67,10 +74,14 @@ BEFORE_S = (1.6, 0.6)  # the level before it: frames from this long to this long
 MIN_BEFORE_S = 0.2  # less audio than this before the peak: the gate passes
 # the speech-after gate's span: the frames from this long to this long after the crossing
 AFTER_S = (0.1, 0.4)
+MAX_HOLD_S = 1.0  # the longest hold (a longer one would reach into the next command)
 
 
-def check_gates(contrast_db: float | None, speech_after: float | None, contrast_option: str = "--contrast") -> None:
+def check_gates(contrast_db: float | None, speech_after: float | None, contrast_option: str = "--contrast",
+                hold_s: float | None = None) -> None:  # fmt: skip
     """A ``ValueError`` naming the option when a gate's value is out of range (``None``: not given)."""
+    if hold_s is not None and not 0 <= hold_s <= MAX_HOLD_S:
+        raise ValueError(f"--hold is in seconds, 0 (off) to {MAX_HOLD_S:g}, got {hold_s:g}")
     if contrast_db is not None and not contrast_db >= 0:
         raise ValueError(f"{contrast_option} must be 0 (off) or more dB, got {contrast_db:g}")
     if speech_after is not None and not 0 <= speech_after <= 1:
@@ -79,15 +90,19 @@ def check_gates(contrast_db: float | None, speech_after: float | None, contrast_
 
 def graph_decision(meta: dict[str, str], threshold: float | None = None, smooth_frames: int = 4,
                    refractory_s: float = 1.0, keywords: tuple[str, ...] = (),
-                   contrast_db: float | None = None, speech_after: float | None = None) -> DecisionConfig:  # fmt: skip
+                   contrast_db: float | None = None, speech_after: float | None = None,
+                   hold_s: float | None = None) -> DecisionConfig:  # fmt: skip
     """The decision a graph ships with (its metadata ``threshold``, calibrated ``class_thresholds``,
-    ``contrast_db`` and ``speech_after``), or one global ``threshold`` when the caller gives one (which then
-    replaces the per-keyword ones). ``contrast_db`` and ``speech_after`` replace the graph's gates (0: off)."""
+    ``contrast_db``, ``speech_after`` and ``hold_s``), or one global ``threshold`` when the caller gives one
+    (which then replaces the per-keyword ones). ``contrast_db``, ``speech_after`` and ``hold_s`` replace the
+    graph's (0: off)."""
     if contrast_db is None:
         contrast_db = float(meta["contrast_db"]) if "contrast_db" in meta else None
     if speech_after is None:
         speech_after = float(meta["speech_after"]) if "speech_after" in meta else None
-    gates = {"contrast_db": contrast_db or None, "speech_after": speech_after or None}
+    if hold_s is None:
+        hold_s = float(meta.get("hold_s", 0.0))
+    gates = {"contrast_db": contrast_db or None, "speech_after": speech_after or None, "hold_s": hold_s}
     if threshold is not None:
         return DecisionConfig(threshold, smooth_frames, refractory_s, keywords, **gates)
     per_class = json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {}
@@ -122,6 +137,11 @@ class KeywordDecider:
                              "_unknown_ class (turn the gate off: --speech-after 0)")  # fmt: skip
         self._unknown = self.labels.index("_unknown_") if "_unknown_" in self.labels else -1
         self._after = (round(AFTER_S[0] / frame_s), max(1, round(AFTER_S[1] / frame_s)))  # frames after the crossing
+        check_gates(self.config.contrast_db, self.config.speech_after, hold_s=self.config.hold_s)
+        hold = round(self.config.hold_s / frame_s)
+        if self.config.speech_after is not None:
+            hold = max(hold, self._after[1])
+        self._hold = hold  # frames a crossing keyword is held (0: it fires at once)
         self.reset()
 
     def reset(self) -> None:
@@ -134,6 +154,7 @@ class KeywordDecider:
         self._held: Detection | None = None  # a keyword waiting for the speech-after gate
         self._held_frame = 0  # the frame count at its crossing
         self._speech: list[float] = []  # _unknown_ posteriors of the frames after it, within the gate's span
+        self._lead = -np.inf  # how far the held keyword stands above its threshold (the hold's best)
 
     def process(self, logits: np.ndarray, audio: np.ndarray | None = None) -> list[Detection]:
         """Consume frame logits ``(classes, frames)``; returns the detections they trigger. ``audio (frames *
@@ -158,31 +179,39 @@ class KeywordDecider:
         for f in range(frames):
             self._window.append(probs[:, f])
             self._frames += 1
-            if self._held is not None:  # the speech-after gate: one more frame after the held keyword
-                if self._frames - self._held_frame > self._after[0]:
+            if self._held is not None:  # one more frame after the held keyword
+                if self._after[0] < self._frames - self._held_frame <= self._after[1]:  # the speech-after span
                     self._speech.append(float(probs[self._unknown, f]))
-                if self._frames - self._held_frame >= self._after[1]:
+                if self._frames - self._held_frame >= self._hold:
                     events += self.flush()
             smooth = np.mean(self._window, axis=0)
             t = self._frames * self.frame_s
-            best = int(np.argmax(np.where(self.active, smooth - self.thresholds, -np.inf)))
+            margin = np.where(self.active, smooth - self.thresholds, -np.inf)
+            best = int(np.argmax(margin))
+            if self._held is not None and self.config.hold_s and margin[best] > self._lead:
+                held = self._held  # the hold's strongest keyword so far: it fires when the hold ends
+                keep = held.label == self.labels[best]
+                self._held = Detection(self.labels[best], held.time_s if keep else t, float(smooth[best]))
+                self._lead = float(margin[best])
             if smooth[best] < self.thresholds[best]:
                 self._armed = True  # the last detection's word has left the window
             elif self._armed and t - self._last_fire >= self.config.refractory_s and self._stands_out(power, past + f):
                 detection = Detection(self.labels[best], t, float(smooth[best]))
-                if self.config.speech_after is None:
+                if not self._hold:
                     events.append(detection)
-                else:  # held until the gate has seen AFTER_S[1] seconds after it
-                    events += self.flush()  # one held before it (a refractory period shorter than the span)
+                else:  # held until the hold (and the speech-after gate's span) has passed
+                    events += self.flush()  # one held before it (a refractory period shorter than the hold)
                     self._held, self._held_frame, self._speech = detection, self._frames, []
+                    self._lead = float(margin[best])
                 self._last_fire, self._armed = t, False
         return events
 
     def flush(self) -> list[Detection]:
-        """The held keyword (speech-after gate), decided on the frames heard after it: call at the end of
-        a stream (a keyword right at its end has no frames after it, and fires)."""
+        """The held keyword (hold, speech-after gate), decided on the frames heard after it: call at the end
+        of a stream (a keyword right at its end has no frames after it, and fires)."""
         held, self._held = self._held, None
-        if held is None or (self._speech and np.mean(self._speech) > self.config.speech_after):
+        gate = self.config.speech_after
+        if held is None or (gate is not None and self._speech and np.mean(self._speech) > gate):
             return []
         return [held]
 

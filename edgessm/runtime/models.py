@@ -52,6 +52,7 @@ def describe(folder: Path) -> dict:
         "class_thresholds": json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {},
         "contrast_db": float(meta["contrast_db"]) if float(meta.get("contrast_db", 0) or 0) else None,
         "speech_after": float(meta["speech_after"]) if float(meta.get("speech_after", 0) or 0) else None,
+        "hold_s": float(meta["hold_s"]) if float(meta.get("hold_s", 0) or 0) else None,
         "graphs": graphs,
         "budgets": manifest.get("budgets", {}),
         "card": str(folder / "README.md") if (folder / "README.md").is_file() else None,
@@ -146,6 +147,9 @@ def _detail(f: dict) -> None:
     if f.get("speech_after") is not None:
         print(f"  speech after   no running speech after the word (mean _unknown_ <= {f['speech_after']:g} over "
               "0.1-0.4 s; reported 0.4 s later; listen --speech-after 0: off)")  # fmt: skip
+    if f.get("hold_s") is not None:
+        print(f"  hold           the strongest keyword within {f['hold_s']:g} s of a crossing fires (reported "
+              f"{f['hold_s']:g} s later; listen --hold 0: off)")  # fmt: skip
     print(f"  graphs         {', '.join(f['graphs'])}")
     if f["budgets"]:
         print(f"  budgets        {', '.join(sorted(f['budgets'], key=int))}")
