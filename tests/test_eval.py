@@ -204,7 +204,8 @@ def test_choose_threshold_decides_with_the_graphs_gates_or_the_options(monkeypat
     model = EnergyModel()
     model.info = SimpleNamespace(**{**vars(EnergyModel.info), "extra": {"contrast_db": "6", "speech_after": "0.5"}})
     args = SimpleNamespace(thresholds="0.8", keywords_per_background=3, seed=0, keyword_free_hours=0.01, smooth=4,
-                           refractory=1.0, max_fa=0.5, out=None, contrast=None, speech_after=None, hold=None)  # fmt: skip
+                           refractory=1.0, max_fa=0.5, out=None, contrast=None, speech_after=None,
+                           hold=None)  # fmt: skip
     assert _choose_threshold(model, args, lambda it, _: it) == 0
     args.contrast, args.speech_after, args.hold = 0.0, 0.3, 0.4
     assert _choose_threshold(model, args, lambda it, _: it) == 0
@@ -313,3 +314,31 @@ def test_session_report_has_wrong_word_rates_and_per_word_hits_at_the_headline_t
     assert "| **0.90** | 33.3% | - | 33.3% / - |" in md  # 1 of 3 hit; 'go' while 'no' was said
     assert "Sessions per word at 0.90" in md and "| no | 1 | 0.0% | yes | 2 | 50.0% |" in md
     assert "Wrong words (said → detected instead, times): no → go 1." in md and "up 5" not in md
+
+
+def test_validation_keywords_are_real_for_words_with_enough_real_clips_and_say_which(monkeypatch, tmp_path) -> None:
+    """A word with at least 30 real validation clips is all real speakers (and listed by real_validation_words);
+    one with fewer is filled up with the synthetic validation voices of the corpora on the machine."""
+    import soundfile as sf
+
+    from edgessm.data.corpora import CorpusError
+    from edgessm.data.manifest import Clip
+    from edgessm.eval import calibrate
+
+    wav = tmp_path / "w.wav"
+    sf.write(wav, np.full(1600, 0.1, np.float32), 16000)
+    real = [(Clip(str(wav), speaker="s1", label="yes", split="validation"), "yes")] * 30
+    real.append((Clip(str(wav), speaker="s2", label="dog", split="validation"), "dog"))
+    monkeypatch.setattr(calibrate, "clip_set", lambda name: real)
+    synth = [Clip(str(wav), speaker="v1", label=w, split="validation") for w in ("dog", "yes")]
+
+    def manifest(corpus):
+        if corpus != "default":
+            raise CorpusError(f"{corpus} not built")
+        return corpus
+
+    monkeypatch.setattr(calibrate, "synth_manifest", manifest)
+    monkeypatch.setattr(calibrate, "read_manifest", lambda path: synth)
+    assert calibrate.real_validation_words() == {"yes"}
+    words = [w for w, _ in calibrate.validation_keywords(per_word=100)]
+    assert words.count("yes") == 30 and words.count("dog") == 2  # dog: one real clip and one synthetic voice

@@ -90,13 +90,28 @@ def allocate(hits: np.ndarray, fa: np.ndarray, budget: float) -> np.ndarray:
 # --- validation data -------------------------------------------------------------------------------
 
 
-def validation_keywords(min_real: int = 30, per_word: int = 60, seed: int = 0) -> list[tuple[str, np.ndarray]]:
-    """Up to ``per_word`` validation keywords per word, trimmed: real (``sc-validation``) where a word has
-    at least ``min_real`` such clips, else the synthetic validation voices (default and Kokoro corpora)."""
-    rng = np.random.default_rng([seed, 11])
+MIN_REAL = 30  # a word with fewer real validation clips than this is filled up with synthetic voices
+
+
+def _real_validation_paths() -> dict[str, list[str]]:
     by: dict[str, list[str]] = {}
     for clip, word in clip_set("sc-validation"):
         by.setdefault(word, []).append(clip.path)
+    return by
+
+
+def real_validation_words(min_real: int = MIN_REAL) -> set[str]:
+    """The words whose validation keywords (:func:`validation_keywords`) are all real speakers: those with at
+    least ``min_real`` ``sc-validation`` clips. The others' also come from synthetic voices, so how well a model
+    does on them depends on the synthetic corpora it was trained on (and on those on the machine)."""
+    return {w for w, paths in _real_validation_paths().items() if len(paths) >= min_real}
+
+
+def validation_keywords(min_real: int = MIN_REAL, per_word: int = 60, seed: int = 0) -> list[tuple[str, np.ndarray]]:
+    """Up to ``per_word`` validation keywords per word, trimmed: real (``sc-validation``) where a word has
+    at least ``min_real`` such clips, else the synthetic validation voices (default and Kokoro corpora)."""
+    rng = np.random.default_rng([seed, 11])
+    by = _real_validation_paths()
     synth: dict[str, list[str]] = {}
     for corpus in ("default", "kokoro-words", "kokoro-kws"):
         try:
