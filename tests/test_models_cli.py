@@ -76,3 +76,14 @@ def test_a_reader_that_goes_away_gets_no_traceback(shipped, tmp_path, monkeypatc
     monkeypatch.setattr(sys, "stdout", pipe)
     assert main(["models", "kws35"]) == 141
     pipe.file.close()
+
+
+def test_detail_shows_a_graphs_hold(shipped, capsys) -> None:
+    import onnx
+
+    graph = shipped / "kws35" / "kws35.onnx"
+    proto = onnx.load(str(graph))
+    onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, "hold_s": "0.4"})
+    onnx.save(proto, str(graph))
+    assert main(["models", "kws35"]) == 0
+    assert "hold           the strongest keyword within 0.4 s of a crossing fires" in capsys.readouterr().out
