@@ -151,7 +151,7 @@ class KeywordDecider:
         self._armed = True
         self._power = np.zeros(0)  # mean power of the latest frames, oldest first (contrast gate)
         self._span = round((PEAK_SPAN_S + BEFORE_S[0] + LEVEL_S) / self.frame_s) + 1  # frames the gate reads
-        self._held: Detection | None = None  # a keyword waiting for the speech-after gate
+        self._held: Detection | None = None  # a keyword waiting for its hold or the speech-after gate to end
         self._held_frame = 0  # the frame count at its crossing
         self._speech: list[float] = []  # _unknown_ posteriors of the frames after it, within the gate's span
         self._lead = -np.inf  # how far the held keyword stands above its threshold (the hold's best)
