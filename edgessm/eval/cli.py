@@ -461,9 +461,9 @@ def _calibrate(model, args: argparse.Namespace, progress) -> int:
     budgets = sorted({*FA_BUDGETS, args.max_fa})
     logits = kws.stream_logits(model, streams + free, progress)
     cal = calibrate.calibrate(model, streams, free, budgets, args.smooth, args.refractory, logits)
+    # the graph's gates (or the options'), one threshold
     base = graph_decision(model.info.extra, 0.5, args.smooth, args.refractory, contrast_db=args.contrast,
                           speech_after=args.speech_after, hold_s=args.hold)  # fmt: skip
-    # the graph's gates (or the options'), one threshold
     gate = base.contrast_db
     thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), 0.97, 0.98, 0.99, 0.995})
     single = kws.stream_metrics(model, streams, free, thresholds, base, logits=logits)
