@@ -28,6 +28,7 @@ COMMANDS = {
         "edgessm.train.mine",
         "where a keyword model fires in keyword-free training speech: hard negatives for a fine-tune",
     ),
+    "soup": ("edgessm.train.soup", "average the weights of fine-tunes of one network into one model (a model soup)"),
     "pack": ("edgessm.train.pack", "a recipe's training data compressed into one folder, to train on another machine"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
     "lm": ("edgessm.train.lm", "a word n-gram model for transcribe --lm (licensed text, training transcripts)"),
