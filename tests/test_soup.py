@@ -11,7 +11,7 @@ from safetensors.numpy import load_file, save_file
 from edgessm.cli import main
 from edgessm.train.soup import average_weights, make_soup
 
-DESC = {"network": "kws", "config": {"channels": [4]}, "labels": ["a", "b"], "clip_samples": 16000}
+DESC = {"network": "kws", "config": {"channels": [4]}, "labels": ["a", "b"], "clip_samples": 16000, "step": 9}
 
 
 def _model(folder, seed: int, desc: dict | None = None, shape=(3, 2)) -> str:
@@ -40,7 +40,7 @@ def test_soup_folder_and_record(tmp_path):
     wa, wb = load_file(a + "/model.safetensors")["w"], load_file(b + "/model.safetensors")["w"]
     np.testing.assert_allclose(got["w"], 0.25 * wa + 0.75 * wb, rtol=1e-6)
     desc = json.loads((dest / "model.json").read_text())
-    assert desc["network"] == "kws" and [s["weight"] for s in desc["soup"]] == [0.25, 0.75]
+    assert desc["network"] == "kws" and [s["weight"] for s in desc["soup"]] == [0.25, 0.75] and "step" not in desc
     assert all(len(s["sha256"]) == 64 for s in desc["soup"])
     assert not list(tmp_path.glob(".soup.tmp-*"))  # written atomically: no temporary folder left
 
@@ -109,3 +109,17 @@ def test_soup_of_a_shipped_network_loads_for_export(tmp_path):
     name = next(k for k, v in w.items() if v.dtype == np.float32)
     got = dict(net.state_dict())[name].numpy()
     np.testing.assert_allclose(got, load_file(str(src / "model.safetensors"))[name] + 0.005, rtol=1e-5, atol=1e-6)
+
+
+def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    import safetensors.numpy
+
+    a, b = _model(tmp_path / "a", 0), _model(tmp_path / "b", 1)
+
+    def full_disk(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        make_soup([a, b], tmp_path / "soup")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]

@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -110,16 +111,19 @@ def make_soup(sources: list[str], out: str | os.PathLike, weights: list[float] |
         raise FileExistsError(f"{dest} exists: give a new folder (a soup never overwrites a model)")
     averaged = average_weights([load_file(str(d / "model.safetensors")) for d in dirs], weights)
     w = [1.0] * len(dirs) if weights is None else [float(x) for x in weights]
-    desc = {k: v for k, v in first.items() if k != "soup"}
+    desc = {k: v for k, v in first.items() if k not in ("soup", "checkpoint", "step")}  # (the first source's)
     desc["soup"] = [  # the sources as the user named them, with their weights' hashes
         {"source": str(s), "weight": x / sum(w), "sha256": _sha256(d / "model.safetensors")}
         for s, d, x in zip(sources, dirs, w, strict=True)
     ]
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
     tmp.mkdir(parents=True)
-    save_file(averaged, str(tmp / "model.safetensors"))
-    (tmp / "model.json").write_text(json.dumps(desc, indent=1) + "\n")
-    os.replace(tmp, dest)  # the folder appears whole or not at all
+    try:
+        save_file(averaged, str(tmp / "model.safetensors"))
+        (tmp / "model.json").write_text(json.dumps(desc, indent=1) + "\n")
+        os.replace(tmp, dest)  # the folder appears whole or not at all
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; after a failure, nothing half-written stays
     return dest
 
 
@@ -136,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"edgessm soup: --weights takes numbers separated by commas, got {args.weights!r}") from None
     try:
         dest = make_soup(args.models, args.out, weights)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (OSError, ValueError) as e:  # missing or existing folders, a full disk, mismatched models
         raise SystemExit(f"edgessm soup: {e}") from None
     print(f"soup of {len(args.models)} models in {dest} (export it: edgessm export {dest} --out DIR)")
     return 0
