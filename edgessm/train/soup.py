@@ -21,13 +21,14 @@ written atomically into a new folder: a source is never overwritten.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 import numpy as np
+
+from edgessm.runtime.registry import sha256
 
 # model.json fields that must agree between the sources (the rest, e.g. a previous ``soup`` record, may differ)
 SAME_FIELDS = ("network", "config", "labels", "clip_samples", "warmup_samples")
@@ -72,14 +73,6 @@ def average_weights(states: list[dict[str, np.ndarray]], weights: list[float] | 
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _source(name_or_path: str) -> tuple[Path, dict]:
     from edgessm.deploy.load import resolve_model_dir
 
@@ -113,7 +106,7 @@ def make_soup(sources: list[str], out: str | os.PathLike, weights: list[float] |
     w = [1.0] * len(dirs) if weights is None else [float(x) for x in weights]
     desc = {k: v for k, v in first.items() if k not in ("soup", "checkpoint", "step")}  # (the first source's)
     desc["soup"] = [  # the sources as the user named them, with their weights' hashes
-        {"source": str(s), "weight": x / sum(w), "sha256": _sha256(d / "model.safetensors")}
+        {"source": str(s), "weight": x / sum(w), "sha256": sha256(d / "model.safetensors")}
         for s, d, x in zip(sources, dirs, w, strict=True)
     ]
     tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
