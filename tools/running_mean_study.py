@@ -22,6 +22,7 @@ import argparse
 
 import numpy as np
 
+from edgessm.data.audio import SAMPLE_RATE
 from edgessm.eval.calibrate import validation_free, validation_keywords, validation_streams
 from edgessm.eval.kws import StreamSet, graph_logits, stream_metrics
 from edgessm.runtime.kws import DecisionConfig
@@ -48,7 +49,7 @@ def main() -> None:
     session = next(s for s in validation_streams(validation_keywords(), seed=0) if s.kind == "validation-session")
     prefixes = {"none": None} | {s.kind: s.audio for s in validation_free(3 * args.minutes / 60, seed=2)}
     print(
-        f"validation session: {len(session.placements)} keywords, {len(session.audio) / 16000:.0f} s; "
+        f"validation session: {len(session.placements)} keywords, {len(session.audio) / SAMPLE_RATE:.0f} s; "
         f"before it: nothing, or {args.minutes:g} min of keyword-free validation speech, music or noise"
     )
     for path in args.graphs:
