@@ -58,7 +58,10 @@ def test_float32_input_is_untouched_by_the_island() -> None:
     assert layer(x.double()).dtype == torch.float64  # float64 checks keep their precision
 
 
-@pytest.mark.parametrize("recipe", ["kws", "denoise", "asr", "kws_es", "kws_v5_rtf", "kws_v5_hades", "denoise_v3_df"])
+RECIPES = ["kws", "denoise", "asr", "asr_v4_gpu", "kws_es", "kws_v5_rtf", "kws_v5_hades", "denoise_v3_df"]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
 def test_recipe_networks_train_a_step_under_cpu_autocast(recipe: str) -> None:
     from edgessm.nets import build_network
     from edgessm.train.config import load_config

@@ -5,12 +5,14 @@
 #                               #   + .carry/denoise_init.safetensors (the shipped denoiser, or INIT=...)
 #   tools/gpu/kit.sh kws        # .carry/kws (pack of kws_v7; ~50 MB) + .carry/kws_init.safetensors (kws35)
 #   MINED=mined.csv tools/gpu/kit.sh kws   # the same with mined hard negatives (edgessm mine) in the pack
+#   tools/gpu/kit.sh asr        # .carry/asr (pack of asr_v4_gpu: real sentences whole, half the words; ~40 MB);
+#                               #   the recognizer trains from scratch there (a wider network than asr's)
 #
 # and the wheels (tools/gpu/wheels.sh). The tree that travels is at most 64 MiB: models/ (~50 MB) does not
 # fit beside a pack; tools/gpu/README.md says how a call is made.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-what=${1:?usage: tools/gpu/kit.sh denoise|kws}
+what=${1:?usage: tools/gpu/kit.sh denoise|kws|asr}
 edgessm=${EDGESSM:-.venv/bin/edgessm}
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
 mkdir -p .carry
@@ -37,8 +39,19 @@ kws)
         ${MINED:+--set data.mined_negatives=$MINED}   # MINED=CSV of `edgessm mine`: the pack carries them
     cp "${INIT:-models/kws35/model.safetensors}" .carry/kws_init.safetensors
     ;;
+asr)
+    labels="$HOME/.cache/edgessm/labels/pl8/sentences_pseudolabeled.csv"
+    [ -f "$labels" ] || {
+        echo "kit.sh: the teacher's transcripts are missing: edgessm label ../shared/data/real_sentences_pseudolabeled" \
+             "--max-piece 8 --out $labels (~4 min; models/asr/README.md, v2)" >&2
+        exit 1
+    }
+    rm -rf .carry/asr
+    "$edgessm" pack asr_v4_gpu --out .carry/asr --level 0.98 --keep sc_train_subset=0.5 --keep fsdd=0.5 \
+        --keep 'synth:default=0.4' --noise-max-s 30
+    ;;
 *)
-    echo "kit.sh: what is '$what'? denoise or kws" >&2
+    echo "kit.sh: what is '$what'? denoise, kws or asr" >&2
     exit 2
     ;;
 esac
