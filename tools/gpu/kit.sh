@@ -48,7 +48,7 @@ asr)
     }
     rm -rf .carry/asr
     "$edgessm" pack asr_v4_gpu --out .carry/asr --level 0.98 --keep sc_train_subset=0.5 --keep fsdd=0.5 \
-        --keep 'synth:default=0.4' --noise-max-s 30
+        --keep 'synth:*=0.4' --keep 'synth:kokoro*=1' --noise-max-s 30
     ;;
 *)
     echo "kit.sh: what is '$what'? denoise, kws or asr" >&2
