@@ -5,7 +5,7 @@
 #                               #   + .carry/denoise_init.safetensors (the shipped denoiser, or INIT=...)
 #   tools/gpu/kit.sh kws        # .carry/kws (pack of kws_v7; ~50 MB) + .carry/kws_init.safetensors (kws35)
 #   MINED=mined.csv tools/gpu/kit.sh kws   # the same with mined hard negatives (edgessm mine) in the pack
-#   tools/gpu/kit.sh asr        # .carry/asr (pack of asr_v4_gpu: real sentences whole, half the words; ~40 MB);
+#   tools/gpu/kit.sh asr        # .carry/asr (pack of asr_v4_gpu: 8.1 h, the real sentences whole; ~42 MB);
 #                               #   the recognizer trains from scratch there (a wider network than asr's)
 #
 # and the wheels (tools/gpu/wheels.sh). The tree that travels is at most 64 MiB: models/ (~50 MB) does not
@@ -46,6 +46,12 @@ asr)
              "--max-piece 8 --out $labels (~4 min; models/asr/README.md, v2)" >&2
         exit 1
     }
+    for corpus in default kokoro-words; do
+        [ -d "$HOME/.cache/edgessm/synth/$corpus" ] || {
+            echo "kit.sh: the synthetic corpus '$corpus' is missing (README: 'Kokoro voices and blends')" >&2
+            exit 1
+        }
+    done
     rm -rf .carry/asr
     "$edgessm" pack asr_v4_gpu --out .carry/asr --level 0.98 --keep sc_train_subset=0.5 --keep fsdd=0.5 \
         --keep 'synth:*=0.4' --keep 'synth:kokoro*=1' --noise-max-s 30
