@@ -17,6 +17,17 @@ edgessm=${EDGESSM:-.venv/bin/edgessm}
 grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >> .git/info/exclude
 mkdir -p .carry
 [ -d .whl ] || bash tools/gpu/wheels.sh
+
+need_corpora() {  # the synthetic corpora a recipe's pack takes, made here by `edgessm synth`
+    for corpus in "$@"; do
+        [ -d "$HOME/.cache/edgessm/synth/$corpus" ] || {
+            echo "kit.sh: the synthetic corpus '$corpus' is missing (README: 'Kokoro voices and blends'," \
+                 "models/kws35/README.md says how each was made)" >&2
+            exit 1
+        }
+    done
+}
+
 case "$what" in
 denoise)
     rm -rf .carry/denoise
@@ -25,13 +36,7 @@ denoise)
     cp "${INIT:-models/denoise/model.safetensors}" .carry/denoise_init.safetensors
     ;;
 kws)
-    for corpus in default kokoro-words kokoro-kws; do
-        [ -f "$HOME/.cache/edgessm/synth/$corpus/manifest.jsonl" ] || [ -d "$HOME/.cache/edgessm/synth/$corpus" ] || {
-            echo "kit.sh: the synthetic corpus '$corpus' is missing (README: 'Kokoro voices and blends'," \
-                 "models/kws35/README.md says how each was made)" >&2
-            exit 1
-        }
-    done
+    need_corpora default kokoro-words kokoro-kws
     rm -rf .carry/kws
     "$edgessm" pack kws_v7 --out .carry/kws --level 0.97 --keep sc_train_subset=0.75 --keep picovoice=0.5 \
         --keep fsdd=0.2 --keep 'synth:*=0.3' --keep 'synth:espeak-ng=0.15' --keep 'synth:kokoro*=1' \
@@ -46,12 +51,7 @@ asr)
              "--max-piece 8 --out $labels (~4 min; models/asr/README.md, v2)" >&2
         exit 1
     }
-    for corpus in default kokoro-words; do
-        [ -d "$HOME/.cache/edgessm/synth/$corpus" ] || {
-            echo "kit.sh: the synthetic corpus '$corpus' is missing (README: 'Kokoro voices and blends')" >&2
-            exit 1
-        }
-    done
+    need_corpora default kokoro-words
     rm -rf .carry/asr
     "$edgessm" pack asr_v4_gpu --out .carry/asr --level 0.98 --keep sc_train_subset=0.5 --keep fsdd=0.5 \
         --keep 'synth:*=0.4' --keep 'synth:kokoro*=1' --noise-max-s 30
