@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -54,8 +55,29 @@ def test_beam_search_reads_clean_posteriors_and_the_lm_picks_the_word_it_knows()
     x[LABELS.index("h"), 2] = -1.0
     x = log_softmax(x)
     lm = WordLM.build(TEXT, order=3, min_count=1)
-    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=0.0, beta=0.0).decode(x)] == ["tree", "cats"]
-    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=1.0, beta=0.0).decode(x)] == ["three", "cats"]
+    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=0.0, beta=0.0, closed=False).decode(x)] == ["tree", "cats"]
+    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=1.0, beta=0.0, closed=False).decode(x)] == ["three", "cats"]
+
+
+def test_a_closed_vocabulary_spells_only_words_the_model_knows() -> None:
+    """Lexicon-constrained search: with the word model's vocabulary closed (the default), the acoustics'
+    "tree" (not a word of TEXT) becomes the nearest word it knows even with the word model's weight at
+    zero, a made-up word never comes out, and the open search still writes what it hears."""
+    lm = WordLM.build(TEXT, order=3, min_count=1)
+    x = posteriors("tree cats")
+    x[LABELS.index("h"), 2] = -3.0  # a faint "h" after the "t"
+    x = log_softmax(x)
+    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=0.0, beta=0.0, closed=False).decode(x)] == ["tree", "cats"]
+    assert [w.text for w in BeamDecoder(LABELS, lm, alpha=0.0, beta=0.0).decode(x)] == ["three", "cats"]
+    garbled = posteriors("the cat zat on the mat")
+    closed = [w.text for w in BeamDecoder(LABELS, lm, beam=32, alpha=0.5, beta=0.0).decode(garbled)]
+    assert set(closed) <= set(" ".join(TEXT).split()) and "zat" not in closed
+    opened = BeamDecoder(LABELS, lm, beam=32, alpha=0.5, beta=0.0, closed=False)
+    assert "zat" in [w.text for w in opened.decode(garbled)]
+    # a word cut short at the end of the audio is completed only if a whole word fits; no lm: nothing closed
+    assert [w.text for w in BeamDecoder(LABELS, None, beam=8, beta=0.0).decode(posteriors("zat"))] == ["zat"]
+    with pytest.raises(ValueError, match="no word"):
+        BeamDecoder(["_", " ", "x"], lm)
 
 
 def test_transcribe_refuses_a_missing_or_foreign_lm_file(tmp_path: Path) -> None:
@@ -94,6 +116,26 @@ def test_a_recognizer_folder_ships_its_word_model_and_transcribe_picks_it_for_fi
     assert word_model(args(), graph, live=True) is None  # the live path stays greedy
     assert word_model(args(), graph, words=True) is None  # a word list is its own language model
     assert word_model(args("/x/other.npz"), graph) == "/x/other.npz"
+
+    # the beam search settings: transcribe's flags, else what the folder ships with its word model, else defaults
+    from edgessm.runtime.registry import LM_DEFAULTS, shipped_lm_settings
+    from edgessm.runtime.transcribe import beam_decoder
+
+    def flags(**kw):
+        return argparse.Namespace(lm=str(folder / "lm.npz"), beam=None, lm_weight=None, word_bonus=None, **kw)
+
+    assert shipped_lm_settings(graph) == LM_DEFAULTS
+    dec = beam_decoder(LABELS, flags())
+    assert (dec.beam, dec.alpha, dec.beta) == (16, 0.5, 1.0) and dec.words is not None  # closed by default
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "lm_decoder": {"beam": 48, "lm_weight": 0.7}}))
+    dec = beam_decoder(LABELS, flags(), graph=graph)
+    assert (dec.beam, dec.alpha, dec.beta) == (48, 0.7, 1.0)
+    dec = beam_decoder(LABELS, flags(open_vocabulary=True), graph=graph)
+    assert dec.words is None
+    f = flags()
+    f.beam, f.word_bonus = 4, 2.5
+    dec = beam_decoder(LABELS, f, graph=graph)
+    assert (dec.beam, dec.alpha, dec.beta) == (4, 0.7, 2.5)
     (folder / "lm.npz").write_bytes(b"tampered")
     with pytest.raises(ValueError, match="sha256"):
         shipped_lm(graph)
@@ -109,3 +151,13 @@ def test_export_ships_a_word_model_with_recognizers_only(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="no such file"):
         package(torch.nn.Identity(), {"network": "asr"}, tmp_path / "m", "m", 320, lm=tmp_path / "lm.npz")
     assert not (tmp_path / "m").exists()  # refused before anything was written
+    from edgessm.deploy.cli import _lm_decoder
+
+    ns = argparse.Namespace(lm=None, beam=32, lm_weight=None, word_bonus=None)
+    with pytest.raises(SystemExit, match="add --lm"):
+        _lm_decoder(ns)
+    ns.lm, ns.word_bonus = "lm.npz", 2.0
+    assert _lm_decoder(ns) == {"beam": 32, "word_bonus": 2.0}
+    ns.beam = 0
+    with pytest.raises(SystemExit, match="at least 1"):
+        _lm_decoder(ns)

@@ -54,6 +54,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: ship this word model (edgessm lm) as lm.npz; transcribe then decodes files "
                     "with it by beam search (--lm none there for greedy)")  # fmt: skip
+    ap.add_argument("--beam", type=int, help="with --lm: the beam search's hypotheses per frame to record with it "
+                    "(transcribe's default for this model; choose on validation speech)")  # fmt: skip
+    ap.add_argument("--lm-weight", type=float, help="with --lm: the word model's weight to record with it")
+    ap.add_argument("--word-bonus", type=float, help="with --lm: the log-score per word to record with it")
     ap.add_argument(
         "--budget",
         metavar="K",
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from .onnx_export import model_stride
     from .package import package
 
+    lm_decoder = _lm_decoder(args)
     try:
         check_gates(args.contrast_db, args.speech_after, "--contrast-db", args.hold)  # before the slow part
         net, desc = load_trained(args.model, args.checkpoint)
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"edgessm export: --budget: {e}") from None
     try:
         report, q = package(net, desc, args.out, name, chunk, args.int8, verification_audio(), args.tolerance, meta,
-                            budgets=budgets, file_chunk=args.file_chunk, lm=args.lm,
+                            budgets=budgets, file_chunk=args.file_chunk, lm=args.lm, lm_decoder=lm_decoder,
                             int8_min_snr_db=args.int8_min_snr or None, log=_stderr)  # fmt: skip
     except (ValueError, RuntimeError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
@@ -177,3 +182,13 @@ def _class_thresholds(path: str, desc: dict) -> dict[str, float]:
         raise SystemExit(f"edgessm export: --class-thresholds {path} does not fit this model "
                          f"(labels {strange} unknown, or thresholds outside (0, 1])")  # fmt: skip
     return {k: float(v) for k, v in chosen.items()}
+
+
+def _lm_decoder(args: argparse.Namespace) -> dict[str, float] | None:
+    """``--beam``, ``--lm-weight``, ``--word-bonus``: the beam search settings shipped with ``--lm``."""
+    given = {k: getattr(args, k) for k in ("beam", "lm_weight", "word_bonus") if getattr(args, k, None) is not None}
+    if given and not args.lm:
+        raise SystemExit("edgessm export: --beam, --lm-weight and --word-bonus are settings of a word model: add --lm")
+    if given.get("beam", 1) < 1:
+        raise SystemExit(f"edgessm export: --beam must be at least 1, got {given['beam']}")
+    return given or None

@@ -170,6 +170,7 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             budgets: list[int] | None = None,
             file_chunk: int | None = None,
             lm: str | os.PathLike | None = None,
+            lm_decoder: dict[str, float] | None = None,
             int8_min_snr_db: float | None = INT8_MIN_SNR_DB,
             log=None) -> tuple[ExportReport, dict[str, Any]]:  # fmt: skip
     """Write the model folder ``out`` (see the module docstring); returns the fp32 export report and
@@ -186,7 +187,9 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
     against PyTorch like the others (``report.file_graph`` holds its report).
 
     ``lm`` (recognizers): a word model (``edgessm lm``) copied in as ``lm.npz`` and named in the manifest
-    (``"lm"``): ``edgessm transcribe`` decodes files with it by beam search unless told ``--lm none``.
+    (``"lm"``): ``edgessm transcribe`` decodes files with it by beam search unless told ``--lm none``;
+    ``lm_decoder`` (``beam``, ``lm_weight``, ``word_bonus``): that search's settings, recorded as the manifest's
+    ``"lm_decoder"`` (transcribe's defaults for this model).
 
     ``int8_min_snr_db``: an int8 graph whose outputs fall further than this from its float graph's (on 30 s of
     real speech in noise apart from the calibration's) keeps its most sensitive projections float
@@ -281,5 +284,7 @@ def package(net: nn.Module, desc: dict[str, Any], out: str | os.PathLike, name: 
             shutil.copyfile(Path(lm).expanduser(), tmp)
         files.append("lm.npz")
         extra["lm"] = "lm.npz"
+        if lm_decoder:
+            extra["lm_decoder"] = dict(lm_decoder)
     write_manifest(folder, files, extra)
     return report, q

@@ -89,9 +89,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
                          "'auto': the one the model ships; --beam, --lm-weight, --word-bonus as in "
                          "transcribe)")  # fmt: skip
-    ap.add_argument("--beam", type=int, default=16, help=argparse.SUPPRESS)
-    ap.add_argument("--lm-weight", type=float, default=0.5, help=argparse.SUPPRESS)
-    ap.add_argument("--word-bonus", type=float, default=1.0, help=argparse.SUPPRESS)
+    ap.add_argument("--beam", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--lm-weight", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--word-bonus", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--open-vocabulary", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0,
                     help="denoisers: only the first N mixtures; recognizers: at most N utterances per set")  # fmt: skip
     ap.add_argument("--threads", type=int, default=1)
@@ -293,7 +294,7 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
                 if found is None:
                     raise FileNotFoundError(f"--lm auto: {path.parent} ships no word model (lm.npz)")
                 lm = str(found)
-            rescorer = beam_decoder(model.info.labels, args, lm)
+            rescorer = beam_decoder(model.info.labels, args, lm, path)
         except (FileNotFoundError, ValueError) as e:
             raise SystemExit(f"edgessm eval: {e}") from None
         systems[f"{name} beam+LM"] = asr.GraphRecognizer(model, rescorer=rescorer)

@@ -7,6 +7,12 @@ needs a blank between. Each completed word adds ``alpha * log p_LM(word | previo
 (shallow fusion with a word insertion bonus); the end of the utterance adds the last word and
 ``</s>``. Only characters within ``prune`` nats of a frame's best are expanded.
 
+With a word model the search is *lexicon-constrained* by default (``closed=True``, the first pass of
+Hannun et al. with a dictionary, as flashlight's lexicon decoder): a character extends a prefix only if
+the word being spelled stays a prefix of some word of the model's vocabulary, and a space only ends a
+word of it; a weak acoustic model then writes real words instead of letter strings that the model can
+only score as ``<unk>``. ``closed=False``: any spelling, out-of-vocabulary words scored as ``<unk>``.
+
     dec = BeamDecoder(labels, WordLM.load("lm.npz"), beam=16, alpha=0.6, beta=1.5)
     words = dec.decode(log_probs)          # (vocab, frames) log-softmax of the recognizer's logits
 """
@@ -42,6 +48,7 @@ class _Hyp:
     history: tuple[int, ...] = ()  # LM ids of the completed words (<s> first)
     frames: tuple[int, ...] = ()  # the frame each character of the prefix was first emitted
     words: tuple[DecodedWord, ...] = field(default_factory=tuple)
+    partial: str = ""  # the word being spelled (since the last space)
 
     def total(self) -> float:
         return _lse(self.pb, self.pnb) + self.lm
@@ -56,16 +63,26 @@ class BeamDecoder:
         beam: hypotheses kept per frame.
         alpha: language-model weight; ``beta``: bonus per word (> 0 favours more words).
         prune: characters more than this many nats below a frame's best are not expanded.
+        closed: with ``lm``, spell only words of its vocabulary (see the module docstring).
     """
 
     def __init__(self, labels: Sequence[str], lm: WordLM | None = None, beam: int = 16, alpha: float = 0.5,
-                 beta: float = 1.0, blank: int = 0, space: str = " ", prune: float = 10.0) -> None:  # fmt: skip
+                 beta: float = 1.0, blank: int = 0, space: str = " ", prune: float = 10.0,
+                 closed: bool = True) -> None:  # fmt: skip
         if beam < 1:
             raise ValueError(f"beam must be at least 1, got {beam}")
         if space not in labels:
             raise ValueError(f"the labels have no word separator {space!r}")
         self.labels, self.lm, self.beam, self.alpha, self.beta = list(labels), lm, beam, alpha, beta
         self.blank, self.space, self.prune = blank, self.labels.index(space), prune
+        self.words: frozenset[str] | None = None  # closed vocabulary: its words and every prefix of them
+        self.prefixes: frozenset[str] = frozenset()
+        if closed and lm is not None:
+            spellable = set(self.labels) - {self.labels[blank], space}
+            self.words = frozenset(w for w in lm.vocab if w and set(w) <= spellable)
+            self.prefixes = frozenset(w[:i] for w in self.words for i in range(1, len(w) + 1))
+            if not self.words:
+                raise ValueError("the word model has no word these labels can spell")
 
     def _word_score(self, history: tuple[int, ...], word: str) -> tuple[float, tuple[int, ...]]:
         if self.lm is None:
@@ -94,7 +111,10 @@ class BeamDecoder:
             score, history, word = self._close_word(parent_key, parent, t - 1)
             h = _Hyp(lm=parent.lm + score, history=history, frames=(*parent.frames, t), words=(*parent.words, word))
         else:
-            h = _Hyp(lm=parent.lm, history=parent.history, frames=(*parent.frames, t), words=parent.words)
+            h = _Hyp(lm=parent.lm, history=parent.history, frames=(*parent.frames, t), words=parent.words,
+                     partial=parent.partial + self.labels[c])  # fmt: skip
+        if prefix == parent_key:
+            h.partial = parent.partial
         nxt[prefix] = h
         return h
 
@@ -116,19 +136,31 @@ class BeamDecoder:
                         h = self._slot(nxt, t, parent_key, parent_key, hyp, c)
                         h.pb = _lse(h.pb, _lse(hyp.pb, hyp.pnb) + p)
                         continue
+                    spellable = self._spellable(hyp.partial, c)
                     if c == last:
                         same = self._slot(nxt, t, parent_key, parent_key, hyp, c)  # the character continued
                         same.pnb = _lse(same.pnb, hyp.pnb + p)
-                        if c != self.space:  # the character again, after a blank (never a second space)
+                        if c != self.space and spellable:  # the character again, after a blank (never a second space)
                             h = self._slot(nxt, t, (*parent_key, c), parent_key, hyp, c)
                             h.pnb = _lse(h.pnb, hyp.pb + p)
-                    elif c != self.space or last is not None:  # no leading space
+                    elif (c != self.space or last is not None) and spellable:  # no leading space
                         h = self._slot(nxt, t, (*parent_key, c), parent_key, hyp, c)
                         h.pnb = _lse(h.pnb, _lse(hyp.pb, hyp.pnb) + p)
             beams = dict(sorted(nxt.items(), key=lambda kv: kv[1].total(), reverse=True)[: self.beam])
         return self._finish(beams, lp.shape[1])
 
+    def _spellable(self, partial: str, c: int) -> bool:
+        """Whether character ``c`` may follow the word being spelled (always, unless the vocabulary is closed)."""
+        if self.words is None:
+            return True
+        if c == self.space:
+            return partial in self.words
+        return partial + self.labels[c] in self.prefixes
+
     def _finish(self, beams: dict[tuple[int, ...], _Hyp], frames: int) -> list[DecodedWord]:
+        if self.words is not None:  # a closed vocabulary: the last word must be whole, if any hypothesis has one
+            whole = {k: h for k, h in beams.items() if not h.partial or h.partial in self.words}
+            beams = whole or beams
         best, best_words = NEG, []
         for prefix, hyp in beams.items():
             score, words, history = hyp.total(), list(hyp.words), hyp.history

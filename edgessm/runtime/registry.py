@@ -61,6 +61,17 @@ def shipped_lm(graph: str | os.PathLike) -> Path | None:
     return path
 
 
+LM_DEFAULTS = {"beam": 16, "lm_weight": 0.5, "word_bonus": 1.0}  # beam search settings when none are shipped
+
+
+def shipped_lm_settings(graph: str | os.PathLike) -> dict[str, float]:
+    """The beam search settings a recognizer's folder ships with its word model (manifest ``lm_decoder``,
+    chosen on validation speech at export), over :data:`LM_DEFAULTS`."""
+    folder = Path(graph).parent
+    found = _manifest(folder).get("lm_decoder", {}) if (folder / "manifest.json").is_file() else {}
+    return {**LM_DEFAULTS, **{k: v for k, v in found.items() if k in LM_DEFAULTS}}
+
+
 def parse_budget(value: int | str) -> int:
     """A compute budget ``K``: a whole number of spectral channels, at least 1."""
     try:

@@ -47,9 +47,16 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--lm", metavar="NPZ",
                     help="word n-gram model (edgessm lm): final results by beam search with it; default for files: "
                     "the model's own (lm.npz in its folder, if it ships one); 'none': greedy decoding")  # fmt: skip
-    ap.add_argument("--beam", type=int, default=16, help="with --lm: hypotheses kept per frame")
-    ap.add_argument("--lm-weight", type=float, default=0.5, help="with --lm: weight of the word model")
-    ap.add_argument("--word-bonus", type=float, default=1.0, help="with --lm: log-score added per word")
+    ap.add_argument("--beam", type=int, help="with a word model: hypotheses kept per frame (default: the "
+                    "model's shipped setting, else 16)")  # fmt: skip
+    ap.add_argument("--lm-weight", type=float, help="with a word model: its weight (default: shipped, else 0.5)")
+    ap.add_argument("--word-bonus", type=float, help="with a word model: log-score added per word (default: "
+                    "shipped, else 1.0)")  # fmt: skip
+    ap.add_argument(
+        "--open-vocabulary",
+        action="store_true",
+        help="with a word model: also write words outside its vocabulary (default: only its words)",
+    )
     ap.add_argument("--pause", type=float, default=0.8, metavar="S", help="a pause this long ends a segment")
     ap.add_argument("--max-segment", type=float, default=20.0, metavar="S", help="longest segment in seconds")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar on the terminal")
@@ -133,7 +140,7 @@ def load_recognizer(args: argparse.Namespace):
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
         lm = word_model(args, graph, live=bool(args.live), words=vocabulary is not None)
         # refuse a non-recognizer or a bad vocabulary before any input
-        rescorer = beam_decoder(model.info.labels, args, lm) if lm else None
+        rescorer = beam_decoder(model.info.labels, args, lm, graph) if lm else None
         Transcriber(model, endpoint, vocabulary, args.one_word, rescorer=rescorer)
     except (NotARecognizer, FileNotFoundError, ValueError, OSError) as e:
         raise _fail(str(e)) from None
@@ -154,13 +161,19 @@ def word_model(args: argparse.Namespace, graph, live: bool = False, words: bool 
     return str(path) if path is not None else None
 
 
-def beam_decoder(labels, args: argparse.Namespace, lm: str | None = None):
-    """The beam decoder over the word model ``lm`` (default ``args.lm``), with clear errors for a bad file."""
+def beam_decoder(labels, args: argparse.Namespace, lm: str | None = None, graph=None):
+    """The beam decoder over the word model ``lm`` (default ``args.lm``), with clear errors for a bad file;
+    ``--beam``, ``--lm-weight``, ``--word-bonus`` where given, else the settings ``graph``'s folder ships
+    with its word model (:func:`~edgessm.runtime.registry.shipped_lm_settings`), else the defaults."""
     from pathlib import Path
 
     from .beam import BeamDecoder
     from .ngram import WordLM
+    from .registry import LM_DEFAULTS, shipped_lm_settings
 
+    shipped = shipped_lm_settings(graph) if graph is not None else LM_DEFAULTS
+    beam, alpha, beta = (shipped[k] if getattr(args, k, None) is None else getattr(args, k)
+                         for k in ("beam", "lm_weight", "word_bonus"))  # fmt: skip
     path = Path(lm or args.lm).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"--lm {path}: no such file (build one: python -m edgessm.runtime.ngram --help)")
@@ -168,7 +181,8 @@ def beam_decoder(labels, args: argparse.Namespace, lm: str | None = None):
         lm = WordLM.load(path)
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"--lm {path}: not a word model written by edgessm ({e})") from None
-    return BeamDecoder(labels, lm, beam=args.beam, alpha=args.lm_weight, beta=args.word_bonus)
+    closed = not getattr(args, "open_vocabulary", False)
+    return BeamDecoder(labels, lm, beam=int(beam), alpha=float(alpha), beta=float(beta), closed=closed)
 
 
 def read_words(spec: str) -> list[str]:
