@@ -22,19 +22,22 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--text-sources", default="wordnet,bible,gcide", help="comma-separated (empty: none)")
     ap.add_argument("--generated", type=int, default=20000, help="generated sentences (commands, digits, ...)")
     ap.add_argument("--recipe", default="asr", help="add the transcripts of this recipe's training utterances")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a value of the recipe, as in edgessm train (e.g. the data.sources a model was "
+                         "trained on)")  # fmt: skip
     ap.add_argument("--order", type=int, default=3, help="n-gram order (1-3)")
     ap.add_argument("--vocab", type=int, default=20000, help="most frequent words kept (others are <unk>)")
     ap.add_argument("--min-count", type=int, default=2, help="n-grams (n >= 2) seen fewer times are pruned")
 
 
-def training_transcripts(recipe: str) -> tuple[list[str], set[str]]:
+def training_transcripts(recipe: str, overrides: list[str] | None = None) -> tuple[list[str], set[str]]:
     """The transcripts of a recognizer recipe's training split, less any sentence that a held-out (test)
     speaker also reads (prompts read by many speakers); and those held-out sentences (single words,
     such as the commands every speaker says, stay)."""
     from .config import load_config
     from .tasks import CtcTask, build_task
 
-    task = build_task(load_config(recipe))
+    task = build_task(load_config(recipe, overrides))
     if not isinstance(task, CtcTask):
         raise ValueError(f"recipe {recipe!r} is not a recognizer recipe")
     every = task.utterances()
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         held_out: set[str] = set()
         if args.recipe:
-            parts[f"{args.recipe} transcripts"], held_out = training_transcripts(args.recipe)
+            parts[f"{args.recipe} transcripts"], held_out = training_transcripts(args.recipe, args.set)
         for name in [n for n in args.text_sources.split(",") if n]:
             parts[name] = training_pool([normalize_transcript(s) for s in read_sentences(name)])
         if args.generated > 0:
