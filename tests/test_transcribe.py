@@ -250,3 +250,30 @@ def test_the_state_starts_over_when_a_segment_ends_in_a_pause(graph) -> None:
     cut = Transcriber(model, EndpointConfig(max_segment_s=0.5))
     segs = cut.accept_waveform(16000, spoken("go left stop go left stop")) + cut.finish()
     assert len(segs) > 2 and cut.restarts == 0
+
+
+def test_files_are_decoded_with_the_word_model_and_settings_the_folder_ships(tmp_path) -> None:
+    """A folder that ships a word model (``export --lm``): files are decoded by beam search over its
+    vocabulary with the shipped settings; a word it does not know is not spelled out unless asked
+    (``--open-vocabulary``), and ``--lm none`` decodes greedily."""
+    from edgessm.runtime.ngram import WordLM
+    from edgessm.runtime.registry import sha256
+
+    folder = tmp_path / "speller"
+    folder.mkdir()
+    spelling_graph(folder / "speller.onnx")
+    WordLM.build(["one two three", "two three", "three one two"] * 3, order=2, min_count=1).save(folder / "lm.npz")
+    files = {p.name: sha256(p) for p in folder.iterdir()}
+    manifest = {"name": "speller", "files": files, "lm": "lm.npz", "lm_decoder": {"beam": 8, "word_bonus": 0.5}}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    audio = tmp_path / "a.wav"
+    write_audio(audio, np.concatenate([spoken("one two"), pause(1.0), spoken("three zed")]), 16000, subtype="FLOAT")
+
+    def run(*flags: str) -> list[str]:
+        r = _cli(str(audio), "--model", str(folder), *flags)
+        assert r.returncode == 0, r.stderr.decode()
+        return r.stdout.decode().splitlines()
+
+    assert run() == ["one two", "three"]  # "zed" is no word of the model: not written
+    assert run("--open-vocabulary") == ["one two", "three zed"]
+    assert run("--lm", "none") == ["one two", "three zed"]

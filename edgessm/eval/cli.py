@@ -87,8 +87,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "validation speakers and noises, to tune a choice without touching the test")  # fmt: skip
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
-                         "'auto': the one the model ships; --beam, --lm-weight, --word-bonus as in "
-                         "transcribe)")  # fmt: skip
+                         "default and 'auto': the one the model ships, as transcribe decodes files; 'none': greedy "
+                         "only; --beam, --lm-weight, --word-bonus as in transcribe)")  # fmt: skip
     ap.add_argument("--beam", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--lm-weight", type=float, help=argparse.SUPPRESS)
     ap.add_argument("--word-bonus", type=float, help=argparse.SUPPRESS)
@@ -282,11 +282,18 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
                          "choose from pocketsphinx, whisper (Whisper tiny.en) or none")  # fmt: skip
     name = model.info.extra.get("model_name", path.stem)
     systems: dict = {name: asr.GraphRecognizer(model)}
-    if args.lm:
+    lm = args.lm
+    if lm is None:  # as transcribe decodes files: with the word model the folder ships, if any
+        from edgessm.runtime.registry import shipped_lm
+
+        try:
+            lm = "auto" if shipped_lm(path) is not None else None
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"edgessm eval: {e}") from None
+    if lm and lm.lower() != "none":
         from edgessm.runtime.transcribe import beam_decoder
 
         try:
-            lm = args.lm
             if lm == "auto":  # the word model the recognizer's folder ships
                 from edgessm.runtime.registry import shipped_lm
 

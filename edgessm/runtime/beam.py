@@ -126,6 +126,8 @@ class BeamDecoder:
         for t in range(lp.shape[1]):
             col = lp[:, t]
             chars = np.flatnonzero(col >= col.max() - self.prune)
+            if self.words is not None and self.blank not in chars:  # a closed vocabulary may spell none of
+                chars = np.append(chars, self.blank)  # these: the blank keeps its hypotheses alive
             nxt: dict[tuple[int, ...], _Hyp] = {}
 
             for parent_key, hyp in beams.items():

@@ -170,7 +170,8 @@ class WordLM:
 
 
 def _discount(counts: Counter) -> float:
-    """Kneser-Ney's ``D = n1 / (n1 + 2 n2)`` from the counts of counts (0.5 when undefined)."""
+    """Kneser-Ney's ``D = n1 / (n1 + 2 n2)`` from the counts of counts (0.5 when undefined), kept within
+    [0.1, 0.9]: a tiny text with no singletons would give ``D = 0``, no mass for unseen words, ``log 0``."""
     n1 = sum(1 for c in counts.values() if c == 1)
     n2 = sum(1 for c in counts.values() if c == 2)
-    return n1 / (n1 + 2 * n2) if n1 + n2 else 0.5
+    return min(max(n1 / (n1 + 2 * n2), 0.1), 0.9) if n1 + n2 else 0.5
