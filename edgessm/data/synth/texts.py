@@ -246,6 +246,7 @@ SLOTS: dict[str, Slot] = {
     "subject": _pick(("i", "we", "they", "you", "my {relative}", "{name}", "our neighbors", "the kids")),
     "sentence_start": _pick(("", "please ", "hey ", "okay ", "can you ", "could you please ")),
     "readable": _pick(V.READABLES),
+    "card": lambda rng: f"{_pick(V.CARD_RANKS)(rng)} of {_pick(V.CARD_SUITS)(rng)}",
 }
 
 # (domain, weight, templates). A trailing "?" marks a question; {slot} fills from SLOTS (recursively).
@@ -287,6 +288,21 @@ TEMPLATES: tuple[tuple[str, float, tuple[str, ...]], ...] = (
         "go back to the previous track",
         "play {genre} for {duration}",
         "turn {updown} the music in the {room}",
+    )),
+    ("games", 1.0, (
+        "{card}",
+        "the {card}",
+        "i have the {card}",
+        "{sentence_start}play the {card}",
+        "is it the {card}?",
+        "put the {card} on the {card}",
+        "draw a card",
+        "deal {small} cards",
+        "shuffle the deck",
+        "roll the dice",
+        "i rolled a {digit}",
+        "it's your turn",
+        "move {number} spaces {direction}",
     )),
     ("phone", 2.5, (
         "call {name}",

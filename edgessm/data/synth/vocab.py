@@ -253,3 +253,7 @@ EXTRA_WORDS = words("""
     half past quarter o'clock hour hours hundred thousand million oh cent cents pence percent degrees dollar
     euro pound minute zero they hey okay please can could you an and a of in the morning evening
 """)
+
+# playing cards (the "games" sentences)
+CARD_RANKS = ("ace", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "jack", "queen", "king")
+CARD_SUITS = ("clubs", "diamonds", "hearts", "spades")
