@@ -2,6 +2,7 @@
 
 edgessm lm --out lm.npz                                   # the text sources + generated sentences + asr's transcripts
 edgessm lm --out lm.npz --text-sources wordnet --recipe ""   # WordNet's examples only (with the generated sentences)
+edgessm lm --out lm.npz --recipe asr_v3 --set 'data.sources=[...]'   # the transcripts of the data a model saw
 
 The text: the sentences of ``--text-sources`` (:mod:`edgessm.data.text_sources`) and ``--generated``
 sentences of the synthetic corpus's generator (commands, digits, everyday phrases), both only from
