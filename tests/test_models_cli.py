@@ -87,3 +87,14 @@ def test_detail_shows_a_graphs_hold(shipped, capsys) -> None:
     onnx.save(proto, str(graph))
     assert main(["models", "kws35"]) == 0
     assert "hold           the strongest keyword within 0.4 s of a crossing fires" in capsys.readouterr().out
+
+
+def test_detail_names_a_recognizers_word_model(shipped, capsys) -> None:
+    if not (REPO_MODELS / "asr" / "lm.npz").is_file():
+        pytest.skip("no shipped asr word model in this checkout")
+    shutil.copytree(REPO_MODELS / "asr", shipped / "asr")
+    assert main(["models", "asr"]) == 0
+    out = capsys.readouterr().out
+    assert "word model     lm.npz: final results by beam search with it (beam 32, lm weight 0.6, word bonus 2)" in out
+    assert main(["models", "kws35"]) == 0
+    assert "word model" not in capsys.readouterr().out

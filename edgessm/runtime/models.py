@@ -55,6 +55,8 @@ def describe(folder: Path) -> dict:
         "hold_s": float(meta["hold_s"]) if float(meta.get("hold_s", 0) or 0) else None,
         "graphs": graphs,
         "budgets": manifest.get("budgets", {}),
+        "lm": manifest.get("lm"),
+        "lm_decoder": manifest.get("lm_decoder", {}),
         "card": str(folder / "README.md") if (folder / "README.md").is_file() else None,
         "files": manifest.get("files", {}),
     }
@@ -153,6 +155,12 @@ def _detail(f: dict) -> None:
     print(f"  graphs         {', '.join(f['graphs'])}")
     if f["budgets"]:
         print(f"  budgets        {', '.join(sorted(f['budgets'], key=int))}")
+    if f.get("lm"):
+        settings = ", ".join(f"{k.replace('_', ' ')} {v:g}" for k, v in f.get("lm_decoder", {}).items())
+        settings = f" ({settings})" if settings else ""
+        print(
+            f"  word model     {f['lm']}: final results by beam search with it{settings}; transcribe --lm none: greedy"
+        )
     if f["card"]:
         print(f"  model card     {f['card']}")
     if "verified" in f:
