@@ -31,22 +31,18 @@ def transcribed(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def whole_file_transcript(path: Path) -> list[str]:
-    """The shipped recognizer's segments for the whole recording read at once (mono), decoded as
-    ``transcribe`` decodes files (with the word model the folder ships, if any)."""
+    """The shipped recognizer's segments for the whole recording read in one go (mono), decoded as
+    ``transcribe`` decodes files (its own recognizer: file graph, shipped word model)."""
     import argparse
 
     from edgessm.data.audio import load_audio
-    from edgessm.runtime.registry import resolve_graph, shipped_lm
-    from edgessm.runtime.session import StepModel
-    from edgessm.runtime.transcribe import beam_decoder
-    from edgessm.runtime.transcriber import transcribe_audio
+    from edgessm.runtime.transcribe import add_arguments, load_recognizer
 
     audio, rate = load_audio(path, sr=None)
-    graph = resolve_graph("asr", files=True)
-    model, lm = StepModel(graph), shipped_lm(graph)
-    flags = argparse.Namespace(lm=str(lm), beam=None, lm_weight=None, word_bonus=None)
-    rescorer = beam_decoder(model.info.labels, flags, graph=graph) if lm else None
-    return [s.text for s in transcribe_audio(model, audio, rate, rescorer=rescorer) if s.text]
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    rec = load_recognizer(ap.parse_args([str(path), "--model", "asr"]))()
+    return [s.text for s in rec.accept_waveform(rate, audio) + rec.finish() if s.text]
 
 
 # --- unusable files and stdin: one line, exit 1, no transcript -------------------------------------------------

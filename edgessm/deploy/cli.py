@@ -186,7 +186,9 @@ def _class_thresholds(path: str, desc: dict) -> dict[str, float]:
 
 def _lm_decoder(args: argparse.Namespace) -> dict[str, float] | None:
     """``--beam``, ``--lm-weight``, ``--word-bonus``: the beam search settings shipped with ``--lm``."""
-    given = {k: getattr(args, k) for k in ("beam", "lm_weight", "word_bonus") if getattr(args, k, None) is not None}
+    from edgessm.runtime.registry import LM_DEFAULTS
+
+    given = {k: getattr(args, k) for k in LM_DEFAULTS if getattr(args, k, None) is not None}
     if given and not args.lm:
         raise SystemExit("edgessm export: --beam, --lm-weight and --word-bonus are settings of a word model: add --lm")
     if given.get("beam", 1) < 1:

@@ -270,7 +270,9 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
 
 
 def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
+    from edgessm.runtime.registry import shipped_lm
     from edgessm.runtime.session import StepModel
+    from edgessm.runtime.transcribe import beam_decoder, word_model
 
     from . import asr
     from .report import asr_markdown, asr_plots
@@ -282,28 +284,14 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
                          "choose from pocketsphinx, whisper (Whisper tiny.en) or none")  # fmt: skip
     name = model.info.extra.get("model_name", path.stem)
     systems: dict = {name: asr.GraphRecognizer(model)}
-    lm = args.lm
-    if lm is None:  # as transcribe decodes files: with the word model the folder ships, if any
-        from edgessm.runtime.registry import shipped_lm
-
-        try:
-            lm = "auto" if shipped_lm(path) is not None else None
-        except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"edgessm eval: {e}") from None
-    if lm and lm.lower() != "none":
-        from edgessm.runtime.transcribe import beam_decoder
-
-        try:
-            if lm == "auto":  # the word model the recognizer's folder ships
-                from edgessm.runtime.registry import shipped_lm
-
-                found = shipped_lm(path)
-                if found is None:
-                    raise FileNotFoundError(f"--lm auto: {path.parent} ships no word model (lm.npz)")
-                lm = str(found)
-            rescorer = beam_decoder(model.info.labels, args, lm, path)
-        except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"edgessm eval: {e}") from None
+    try:  # as transcribe decodes: the word model the folder ships unless --lm says otherwise
+        if args.lm == "auto" and shipped_lm(path) is None:
+            raise FileNotFoundError(f"--lm auto: {path.parent} ships no word model (lm.npz)")
+        lm = word_model(argparse.Namespace(lm=None if args.lm == "auto" else args.lm), path)
+        rescorer = beam_decoder(model.info.labels, args, lm, path) if lm else None
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"edgessm eval: {e}") from None
+    if rescorer is not None:
         systems[f"{name} beam+LM"] = asr.GraphRecognizer(model, rescorer=rescorer)
     twin = _int8_twin(args.model, path) if not args.int8 else None
     if twin is not None:

@@ -106,15 +106,14 @@ class BeamDecoder:
         if h is not None:  # its words and LM state are a function of the prefix: already set
             return h
         if prefix == parent_key:
-            h = _Hyp(lm=parent.lm, history=parent.history, frames=parent.frames, words=parent.words)
+            h = _Hyp(lm=parent.lm, history=parent.history, frames=parent.frames, words=parent.words,
+                     partial=parent.partial)  # fmt: skip
         elif c == self.space:  # a word ends: score it
             score, history, word = self._close_word(parent_key, parent, t - 1)
             h = _Hyp(lm=parent.lm + score, history=history, frames=(*parent.frames, t), words=(*parent.words, word))
         else:
             h = _Hyp(lm=parent.lm, history=parent.history, frames=(*parent.frames, t), words=parent.words,
                      partial=parent.partial + self.labels[c])  # fmt: skip
-        if prefix == parent_key:
-            h.partial = parent.partial
         nxt[prefix] = h
         return h
 

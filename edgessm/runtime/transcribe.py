@@ -174,7 +174,7 @@ def beam_decoder(labels, args: argparse.Namespace, lm: str | None = None, graph=
 
     shipped = shipped_lm_settings(graph) if graph is not None else LM_DEFAULTS
     beam, alpha, beta = (shipped[k] if getattr(args, k, None) is None else getattr(args, k)
-                         for k in ("beam", "lm_weight", "word_bonus"))  # fmt: skip
+                         for k in LM_DEFAULTS)  # fmt: skip
     path = Path(lm or args.lm).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"--lm {path}: no such file (build one: python -m edgessm.runtime.ngram --help)")
