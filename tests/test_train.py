@@ -549,6 +549,42 @@ def test_cli_trains_a_speech_commands_folder_end_to_end(sc_folder: Path, tmp_pat
     assert main(["train", str(cfg), "--out", str(out), "--device", "cpu", "--resume", "--no-progress"]) == 0
 
 
+def test_snapshots_are_model_folders_that_soup_and_validate(sc_folder: Path, tmp_path: Path, capsys) -> None:
+    """``train.snapshot_every`` writes the weights as model folders; the last one is the run's final weights;
+    a soup of them scores through ``edgessm train --validate`` as the run's own evaluation would."""
+    import json
+
+    from edgessm.cli import main
+
+    run = tmp_path / "run"
+    trainer = Trainer(kws_config(sc_folder, steps=6, snapshot_every=4), run, device="cpu", progress=False)
+    metrics = trainer.fit()
+    snaps = sorted(p.name for p in (run / "snapshots").iterdir())
+    assert snaps == ["step_0000004", "step_0000006"]  # every 4 steps and the last
+    final = load_model_weights(run, "cpu")
+    last = load_model_weights(run / "snapshots" / "step_0000006", "cpu")
+    early = load_model_weights(run / "snapshots" / "step_0000004", "cpu")
+    assert all(torch.equal(final[k], last[k]) for k in final)
+    assert any(not torch.equal(final[k], early[k]) for k in final)
+    cfg = tiny_kws_toml(tmp_path / "tiny.toml", sc_folder, steps=6)
+    capsys.readouterr()
+    # the final weights score what the run's last evaluation logged
+    assert main(["train", str(cfg), "--init", str(run), "--validate", "--device", "cpu"]) == 0
+    scored = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert scored["accuracy"] == pytest.approx(metrics["accuracy"], abs=1e-5)
+    soup = tmp_path / "soup"
+    assert main(["soup", *(str(run / "snapshots" / n) for n in snaps), "--out", str(soup)]) == 0
+    capsys.readouterr()
+    assert main(["train", str(cfg), "--init", str(soup), "--validate", "--device", "cpu"]) == 0
+    assert 0.0 <= json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accuracy"] <= 1.0
+    with pytest.raises(SystemExit, match="--init"):
+        main(["train", str(cfg), "--validate"])
+    with pytest.raises(SystemExit, match="--out is required"):
+        main(["train", str(cfg)])
+    with pytest.raises(ValueError, match="snapshot_every"):
+        Trainer(kws_config(sc_folder, snapshot_every=-1), tmp_path / "bad", device="cpu", progress=False)
+
+
 def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
     from edgessm.cli import main
 

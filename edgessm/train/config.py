@@ -42,6 +42,9 @@ class RunConfig:
     batch_size: int = 32  # global batch: split evenly across distributed processes
     eval_every: int = 500
     checkpoint_every: int = 200
+    # every N steps (and at the last) the weights as a model folder snapshots/step_NNNNNNN/ (0: none): the
+    # schedule's tail averaged with `edgessm soup` (checkpoint averaging) is often better than its last step
+    snapshot_every: int = 0
     log_every: int = 10
     seed: int = 0
     amp: str = "auto"  # auto (on for CUDA), off, bf16, fp16

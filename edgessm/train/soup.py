@@ -10,7 +10,10 @@ basin of the loss, and the average of their weights is often better than each of
 model at run time. It only makes sense for models that share an ancestor; this command checks that they
 are the same network (kind, config, labels) and that every tensor matches in name and shape, not that they
 share a parent: that is for the user to know (a folder's history is in its card). Choose a soup on
-validation data like any other model.
+validation data like any other model (``edgessm train RECIPE --init SOUP --validate``).
+
+The snapshots of one run's schedule tail (``train.snapshot_every``) are the same kind of family: their soup is
+checkpoint averaging, ``edgessm soup $(ls -d RUN/snapshots/step_* | tail -4) --out DIR``.
 
 Weights are read with safetensors (no pickle) and averaged in float64; integer tensors (counters, index
 buffers) must be equal in every source. The result is a model folder (``model.json`` of the first source

@@ -14,6 +14,8 @@ Run directory::
     out/tb/                 TensorBoard events (when tensorboard is installed)
     out/checkpoints/last.pt latest checkpoint (resume from here); best.pt: best validation score
     out/model.safetensors   final weights, out/model.json: network kind and config
+    out/snapshots/step_N/   with ``train.snapshot_every``: the weights every N steps as model folders
+                            (average the schedule's tail with ``edgessm soup``)
 """
 
 from __future__ import annotations
@@ -218,6 +220,9 @@ class Trainer:
         if ckpt.exists() and not resume:
             raise RunExistsError(f"{self.out} already holds a run; pass --resume to continue it or choose a new --out")
         self.resume_from = ckpt if resume and ckpt.exists() else None
+        snap = cfg.train.snapshot_every
+        if not isinstance(snap, int) or isinstance(snap, bool) or snap < 0:
+            raise ValueError(f"train.snapshot_every must be a whole number of steps >= 0 (0: none), got {snap!r}")
 
         torch.manual_seed(cfg.train.seed + self.rank)
         self.task = task or build_task(cfg)
@@ -303,16 +308,19 @@ class Trainer:
         if self.rank == 0 and "rng_cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all([s.cpu() for s in state["rng_cuda"]])
 
-    def export_weights(self) -> Path:
-        """Write the final weights (safetensors) and the network description beside them."""
+    def export_weights(self, folder: Path | None = None) -> Path:
+        """Write the weights (safetensors) and the network description beside them, as a model folder:
+        the run folder (final weights) unless ``folder`` says otherwise (a snapshot)."""
         from safetensors.torch import save_file
 
-        path = self.out / "model.safetensors"
+        folder = self.out if folder is None else folder
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "model.safetensors"
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()}
         tmp = path.with_suffix(".tmp")
         save_file(tensors, str(tmp))
         os.replace(tmp, path)
-        (self.out / "model.json").write_text(json.dumps(self.task.describe(), indent=1))
+        (folder / "model.json").write_text(json.dumps(self.task.describe(), indent=1))
         return path
 
     # -- the loop ------------------------------------------------------------------------------
@@ -461,6 +469,9 @@ class Trainer:
                     if self.rank == 0:
                         self.save_checkpoint()
                     self._barrier()
+                snap = cfg.train.snapshot_every
+                if snap > 0 and (self.step % snap == 0 or last) and self.rank == 0:
+                    self.export_weights(self.out / "snapshots" / f"step_{self.step:07d}")
                 if bar is not None:
                     bar.update(1)
                 if last:
