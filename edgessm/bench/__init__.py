@@ -7,6 +7,7 @@
     models    exported graphs: params, FLOPs/s, real-time factor, chunk latency, peak memory (no torch)
     distill   SpectraLDS distillation of the ES-SSM Hankel filters: states per budget, coefficient sizes, errors
     trainstep training-step time of a recipe and its variants (params, MFLOP/s, seconds per step, ratios)
+    roofline  a recipe's training step by block: operations, FLOPs, bytes; eager and fused time on a target GPU
     loader    data-loader throughput of a recipe: one core's examples/s and the trainer's loader by worker count
     soak      an hour of speech + noise piped through listen, denoise and transcribe: real-time factor,
               memory over time, samples in = out, the same output for a repeated segment, state drift
@@ -22,6 +23,7 @@ BENCHMARKS = {
     "models": "edgessm.bench.models",
     "distill": "edgessm.bench.distill",
     "trainstep": "edgessm.bench.trainstep",
+    "roofline": "edgessm.bench.roofline",
     "loader": "edgessm.bench.loader",
     "soak": "edgessm.bench.soak",
 }
