@@ -141,3 +141,70 @@ def test_band_energy_has_the_gradients_of_convolving_then_squaring() -> None:
         assert band_energy(x, k, 160).grad_fn is None
     with pytest.raises(ValueError, match="whole number of 160-sample frames"):
         band_energy(x[..., :1000], k, 160)
+
+
+@pytest.mark.parametrize(("states", "sub"), [(1, 40), (2, 32), (1, 160)])
+def test_chunked_band_energy_is_the_fft_convolution(states: int, sub: int) -> None:
+    """The chunked scan (Toeplitz product inside chunks, the modes' state carried between them) gives the FFT
+    path's energies and gradients (input and every filter parameter), in float64 and float32."""
+    from edgessm.ssm.filterbank import band_energy, chunked_band_energy
+
+    torch.manual_seed(0)
+    fb = randomize(FilterbankFront(bands=6, states=states, pool=160)).double()
+    x = torch.randn(3, 1, 160 * 11, dtype=torch.float64, requires_grad=True)
+    wr, wi, w = fb.ssm._weights()
+    fft = band_energy(x, fb.ssm.kernel(x.shape[-1])[:, 0], 160)
+    chunked = chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], 160, sub)
+    assert chunked.shape == fft.shape == (3, 6, 11)
+    assert rel_err(chunked.detach(), fft.detach()) < 1e-12
+    g = torch.randn_like(fft)
+    params = [x, *fb.parameters()]
+    for a, b in zip(torch.autograd.grad((fft * g).sum(), params, allow_unused=True),
+                    torch.autograd.grad((chunked * g).sum(), params, allow_unused=True), strict=True):  # fmt: skip
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert rel_err(b, a) < 1e-10
+    # float32 on a second of audio: the recursion over 400 chunks keeps float32 accuracy
+    fb32, x32 = FilterbankFront(bands=40, pool=160), torch.randn(2, 1, 16000)
+    with torch.no_grad():
+        fb32.plan = "fft"
+        ref = fb32(x32)
+        fb32.plan = "chunked"
+        assert rel_err(fb32(x32), ref) < 1e-5
+    with pytest.raises(ValueError, match="pool of sub"):
+        chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], 160, 48)
+
+
+def test_front_plan_is_fft_unless_asked_and_measured_once_per_shape(monkeypatch) -> None:
+    from edgessm.ssm import filterbank
+
+    fb = FilterbankFront(bands=4, pool=160)
+    assert fb.choose_plan(2, 1600, torch.device("cpu")) == "fft"  # the default
+    net = build_network("asr", **FRONT, **STAGES, pools=[4, 1])
+    assert filterbank.set_front_plan(net, "chunked") == 1
+    with pytest.raises(ValueError, match="train.front_plan must be one of fft, chunked, measure"):
+        filterbank.set_front_plan(net, "fast")
+    timed = []
+
+    def fake_timer(front, plan, batch, length, device):
+        timed.append(plan)
+        return {"fft": 2.0, "chunked": 1.0}[plan]
+
+    monkeypatch.setattr(filterbank, "time_front", fake_timer)
+    monkeypatch.setattr(filterbank, "MEASURED", {})
+    fb.plan = "measure"
+    assert fb.choose_plan(2, 1600, torch.device("cpu")) == "chunked"
+    assert fb.choose_plan(2, 1600, torch.device("cpu")) == "chunked" and timed == ["fft", "chunked"]  # once per shape
+    fb.plan = "chunked"
+    x = torch.randn(2, 1, 1600)
+    with torch.no_grad():
+        chunked = fb(x)
+        fb.plan = "fft"
+        assert rel_err(chunked, fb(x)) < 1e-5
+    fb.plan = "fast"
+    with pytest.raises(ValueError, match="front's plan must be"):
+        fb(x)
+    # the real timer runs both plans forward and backward
+    assert filterbank.time_front.__name__ == "fake_timer"
+    monkeypatch.undo()
+    assert 0 < filterbank.time_front(FilterbankFront(bands=4, pool=160), "chunked", 2, 1600, torch.device("cpu")) < 60

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import socket
 import subprocess
@@ -583,6 +584,21 @@ def test_snapshots_are_model_folders_that_soup_and_validate(sc_folder: Path, tmp
         main(["train", str(cfg)])
     with pytest.raises(ValueError, match="snapshot_every"):
         Trainer(kws_config(sc_folder, snapshot_every=-1), tmp_path / "bad", device="cpu", progress=False)
+
+
+def test_front_plan_reaches_the_filterbank_and_trains(sc_folder: Path, tmp_path: Path) -> None:
+    from edgessm.ssm.filterbank import FilterbankFront
+
+    cfg = kws_config(sc_folder, steps=2, front_plan="chunked")
+    cfg.model = {**TINY_KWS, "front": "filterbank", "front_bands": 8, "front_pool": 64}
+    trainer = Trainer(cfg, tmp_path / "run", device="cpu", progress=False)
+    fronts = [m for m in trainer.model.modules() if isinstance(m, FilterbankFront)]
+    assert len(fronts) == 1 and fronts[0].plan == "chunked"
+    trainer.fit()
+    assert all(math.isfinite(v) for v in _losses(tmp_path / "run"))
+    cfg.train.front_plan = "fast"
+    with pytest.raises(ValueError, match="train.front_plan"):
+        Trainer(cfg, tmp_path / "bad", device="cpu", progress=False)
 
 
 def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
     python -m edgessm.bench roofline kws_v7 --batch 256
     python -m edgessm.bench roofline asr_v4_gpu --batch 64 --seconds 4 --json roofline.json
+    python -m edgessm.bench roofline kws_v7 --batch 256 --set train.front_plan=chunked
 
 One training step (forward, backward, AdamW) of the recipe's network runs on PyTorch's ``meta`` device (shapes
 only, no arithmetic: a batch of 256 costs nothing to trace) under a dispatch recorder: every ATen operation is
@@ -11,7 +12,8 @@ counted with the block it belongs to, its FLOPs (matrix products by PyTorch's ow
 so the trace is the GPU's step; a step that reads a device value on the host (a sync, which no CUDA graph
 can hold) fails on ``meta`` and is reported as such.
 
-Two costs on a target GPU (default: an H100 SXM; ``--bandwidth``, ``--vector-tflops``, ``--tensor-tflops``):
+Two costs on a target GPU (default: an H100 SXM in float32 without TF32; ``--bandwidth``, ``--vector-tflops``,
+``--tensor-tflops``):
 
 * **eager**: each operation is a kernel that reads its inputs from and writes its outputs to device memory;
   the step takes the larger of the device time (per kernel max(bytes / bandwidth, FLOPs / peak) plus a
@@ -43,13 +45,15 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 from torch.utils.module_tracker import ModuleTracker
 
+from edgessm.ssm.filterbank import set_front_plan
 from edgessm.train.config import load_config
 from edgessm.train.tasks import build_task
 
 from .trainstep import LENGTH_FIELD
 
-# H100 SXM5: HBM3 bandwidth, dense FP32 on the CUDA cores, dense TF32 on the tensor cores
-H100 = {"bandwidth_tbs": 3.35, "vector_tflops": 67.0, "tensor_tflops": 494.0}
+# H100 SXM5: HBM3 bandwidth, dense FP32 on the CUDA cores; float32 matrix products run there too unless TF32 is
+# allowed (torch.backends.cuda.matmul.allow_tf32, off by default and in the trainer): then ~494 TFLOP/s
+H100 = {"bandwidth_tbs": 3.35, "vector_tflops": 67.0, "tensor_tflops": 67.0}
 TENSOR_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "convolution_backward"}
 FFT_OPS = {"_fft_r2c": 2.5, "_fft_c2r": 2.5, "_fft_c2c": 5.0}  # FLOPs per element and log2 of the length
 SYNC_OPS = {"_local_scalar_dense", "item", "is_nonzero", "equal"}  # the host waits for the device
@@ -220,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--bandwidth", type=float, default=H100["bandwidth_tbs"], help="device memory TB/s")
     ap.add_argument("--vector-tflops", type=float, default=H100["vector_tflops"], help="fp32 TFLOP/s, CUDA cores")
     ap.add_argument("--tensor-tflops", type=float, default=H100["tensor_tflops"],
-                    help="TFLOP/s of matrix products (tensor cores, TF32)")  # fmt: skip
+                    help="TFLOP/s of float32 matrix products (67 on an H100's CUDA cores; ~494 with TF32)")  # fmt: skip
     ap.add_argument("--host-us", type=float, default=31.0, help="host dispatch time per eager operation, µs")
     ap.add_argument("--kernel-us", type=float, default=2.0, help="fixed device time per kernel, µs")
     ap.add_argument("--json", metavar="PATH", help="also write the table as JSON")
@@ -242,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     samples = max(stride, samples - samples % stride)
     batch = args.batch or cfg.train.batch_size
     target = {"bandwidth_tbs": args.bandwidth, "vector_tflops": args.vector_tflops, "tensor_tflops": args.tensor_tflops}
+    if cfg.train.front_plan == "measure":
+        raise SystemExit("roofline: train.front_plan=measure times the plans on a device; trace fft or chunked")
+    fronts = set_front_plan(net, cfg.train.front_plan)
     net = net.to("meta")
     x = torch.empty(batch, 1, samples, device="meta")
     try:
@@ -266,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     fused_ms = sum(r["fused_ms"] for r in rows)
     kernels = sum(r["fused_kernels"] for r in rows)
     syncs = sum(r["syncs"] for r in rows)
-    print(f"# roofline of one training step: {args.recipe}, batch {batch} x {samples / 16000:.2f} s "
+    front = f", front {cfg.train.front_plan}" if fronts else ""
+    print(f"# roofline of one training step: {args.recipe}, batch {batch} x {samples / 16000:.2f} s{front} "
           f"(forward, backward, AdamW; traced on the meta device in fp32)")  # fmt: skip
     print(f"# target: {args.bandwidth:g} TB/s, {args.vector_tflops:g} TFLOP/s vector, {args.tensor_tflops:g} TFLOP/s "
           f"tensor; eager {args.host_us:g} µs host per op, {args.kernel_us:g} µs per kernel")  # fmt: skip

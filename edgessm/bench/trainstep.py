@@ -4,6 +4,7 @@
     python -m edgessm.bench trainstep denoise --vs "model.channels=[16,32,64,96,128,256]"
     python -m edgessm.bench trainstep asr --vs "model.full_init=s4d" --batch 8 --seconds 4
     python -m edgessm.bench trainstep kws_v7 --device cuda --batch 256 --vs train.compile=reduce-overhead
+    python -m edgessm.bench trainstep kws_v7 --device cuda --batch 256 --vs train.front_plan=chunked
 
 Each row builds the recipe's network (with the row's ``--set``-style overrides), feeds random audio of
 the recipe's batch and segment length and times forward + backward + AdamW step. Rows are timed in
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from edgessm.ssm.filterbank import set_front_plan
 from edgessm.train.allocator import keep_freed_memory
 from edgessm.train.config import compile_mode, load_config
 from edgessm.train.tasks import build_task
@@ -59,6 +61,7 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
         task = build_task(cfg)
         net = task.build_model()
         freeze(net, list(cfg.train.freeze))  # a row with train.freeze=[front] times a fine-tune's step
+        set_front_plan(net, cfg.train.front_plan)  # a row with train.front_plan=chunked times the chunked front
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise SystemExit(f"trainstep: {label}: {e}") from None
     field, default = LENGTH_FIELD.get(cfg.task, (None, 32000))

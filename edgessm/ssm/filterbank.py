@@ -19,16 +19,18 @@ are per frame.
 from __future__ import annotations
 
 import math
+import time
 from fractions import Fraction
 
 import torch
 from torch import Tensor, nn
 
 from .blocks import FullSSM
+from .discretize import powers
 from .fftconv import causal_conv, fft_size
 from .precision import float32_island
 from .resample import _check_length
-from .stream import Counts, State, Streamable
+from .stream import Counts, State, Streamable, causal_toeplitz
 
 # Initial per-band normalisation ``(log(e + floor) - SHIFT) * GAIN``: measured on the `asr` recipe's
 # training mix (noise, reverb, levels; 40 examples) with the initial 40 filters, band log-energies have
@@ -91,6 +93,138 @@ class _BandEnergy(torch.autograd.Function):
         return gx, gk, None
 
 
+def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int, sub: int) -> Tensor:
+    """:func:`band_energy` of the modal filters ``k[f, τ] = Σ_m w[f, m] Re(Ā[f, m]^τ)`` by a chunked scan.
+
+    ``x (B, 1, T)``; ``wr, wi, w (F, M)`` (``Ā = exp(wr + i wi)``); ``sub`` divides ``pool``, ``pool`` divides
+    ``T`` -> ``(B, F, T / pool)``. The filter is the recursion ``h[t] = Ā h[t-1] + x[t]``, ``y[t] = Σ_m w_m Re h_m[t]``
+    run in chunks of ``sub`` samples (the streaming step's algorithm, :meth:`SSMLayer._modal_constants`):
+
+    * between chunks: ``H_{p+1} = Ā^sub H_p + Z_p``, ``Z_p = Σ_s Ā^{sub-1-s} x_p[s]``: a causal convolution along
+      the ``P = T / sub`` chunks with the complex kernel ``(Ā^sub)^p``, by FFTs of ``2 P`` points;
+    * inside chunk ``p``: ``y_p[t] = Σ_s K[t, s] x_p[s] + Σ_m w_m Re(Ā_m^{t+1} H_p[m])``, with ``K`` the
+      ``sub × sub`` causal Toeplitz matrix of the kernel: for all bands at once one matrix product
+      ``[x_p | Re H_p | Im H_p] (B P, sub + 2 F M) @ W (sub + 2 F M, F sub)`` (:func:`_frame_energy_of_product`).
+
+    The same numbers as :func:`band_energy`'s FFT convolution over the whole input (no kernel truncation),
+    without FFTs at the sample rate: the ``(B, F, T)`` band outputs are one matrix product, kept once for the
+    backward, which is two more products (issue 34: the front is most of a GPU step's memory traffic).
+    """
+    b, one, t = (int(n) for n in x.shape)
+    if one != 1 or t % pool or pool % sub:
+        raise ValueError(f"chunked_band_energy: x (B, 1, T) with T a multiple of pool, pool of sub; got "
+                         f"{tuple(x.shape)}, pool {pool}, sub {sub}")  # fmt: skip
+    f, m = (int(n) for n in wr.shape)
+    chunks = t // sub
+    lags = torch.arange(sub + 1, device=x.device)
+    pr, pi = powers(wr, wi, lags)  # Ā^0 .. Ā^sub: (F, M, sub + 1)
+    xs = x.reshape(b, chunks, sub)
+    # Z_p, the state a chunk leaves from a zero start: Σ_s Ā^{sub-1-s} x_p[s]
+    z = torch.complex(torch.einsum("bps,fms->bfmp", xs, pr[..., :sub].flip(-1)),
+                      torch.einsum("bps,fms->bfmp", xs, pi[..., :sub].flip(-1)))  # fmt: skip
+    # H_p = Σ_{q<p} (Ā^sub)^{p-1-q} Z_q: a causal convolution over the chunks, shifted by one (H_0 = 0)
+    gr, gi = powers(wr, wi, sub * torch.arange(chunks, device=x.device))  # (F, M, P)
+    n = fft_size(2 * chunks)
+    h = torch.fft.ifft(torch.fft.fft(z, n=n) * torch.fft.fft(torch.complex(gr, gi), n=n), n=n)[..., : chunks - 1]
+    h = torch.nn.functional.pad(h, (1, 0)).permute(0, 3, 1, 2).reshape(b * chunks, f * m)  # (B P, F M)
+    a = torch.cat([xs.reshape(b * chunks, sub), h.real, h.imag], dim=1)
+    # W: rows [input samples s | Re H_fm | Im H_fm], columns (f, t): K_f[t, s]; w Re Ā^{t+1}; -w Im Ā^{t+1}
+    toeplitz = causal_toeplitz(torch.einsum("fm,fml->fl", w, pr[..., :sub]))  # (F, t, s)
+    eye = torch.eye(f, dtype=x.dtype, device=x.device)
+    readout_r = torch.einsum("fmt,fg->fmgt", w[..., None] * pr[..., 1:], eye).reshape(f * m, f * sub)
+    readout_i = torch.einsum("fmt,fg->fmgt", -w[..., None] * pi[..., 1:], eye).reshape(f * m, f * sub)
+    weights = torch.cat([toeplitz.permute(2, 0, 1).reshape(sub, f * sub), readout_r, readout_i], dim=0)
+    return _frame_energy_of_product(a, weights, b, f, pool // sub)
+
+
+def _frame_energy_of_product(a: Tensor, w: Tensor, batch: int, bands: int, per_frame: int) -> Tensor:
+    """``e[b, f, j] = mean over frame j of (a @ w)²``: ``a (B P, K)``, ``w (K, F S)``, rows of ``a`` ordered
+    (batch, chunk), columns of ``w`` (band, sample); ``per_frame`` chunks to a frame -> ``(B, F, P / per_frame)``."""
+    return _FrameEnergyOfProduct.apply(a, w, batch, bands, per_frame)
+
+
+class _FrameEnergyOfProduct(torch.autograd.Function):
+    """The product's output ``y`` is made once and kept; the backward is ``dL/dy`` (one pass over ``y``) and two
+    products, ``dL/da = dL/dy wᵀ`` and ``dL/dw = aᵀ dL/dy``: no other ``(B, F, T)`` tensor is stored or walked."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, w: Tensor, batch: int, bands: int, per_frame: int) -> Tensor:
+        y = a @ w  # (B P, F S)
+        rows, cols = (int(n) for n in y.shape)
+        sub = cols // bands
+        frames = rows // batch // per_frame
+        # one reading of y, no squared copy of it: the norm over each frame's samples of a band
+        e = torch.linalg.vector_norm(y.reshape(batch, frames, per_frame, bands, sub), dim=(2, 4)).square()
+        e = e / (per_frame * sub)  # (B, frames, F)
+        ctx.save_for_backward(a, w, y)
+        ctx.dims = (batch, frames, per_frame, bands, sub)
+        return e.transpose(1, 2)
+
+    @staticmethod
+    def backward(ctx, ge: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
+        a, w, y = ctx.saved_tensors
+        batch, frames, per_frame, bands, sub = ctx.dims
+        scale = ge.transpose(1, 2) * (2.0 / (per_frame * sub))  # (B, frames, F)
+        gy = (y.reshape(batch, frames, per_frame, bands, sub) * scale[:, :, None, :, None]).reshape(y.shape)
+        ga = gy @ w.T if ctx.needs_input_grad[0] else None
+        gw = a.T @ gy if ctx.needs_input_grad[1] else None
+        return ga, gw, None, None, None
+
+
+PLANS = ("fft", "chunked")
+FRONT_PLANS = (*PLANS, "measure")
+MEASURED: dict[tuple, str] = {}  # the measured planner's choices, per shape and device
+
+
+def set_front_plan(model: nn.Module, plan: str) -> int:
+    """Give every :class:`FilterbankFront` in ``model`` the band-energy ``plan`` (one of :data:`FRONT_PLANS`);
+    returns how many fronts there are."""
+    if plan not in FRONT_PLANS:
+        raise ValueError(f"train.front_plan must be one of {', '.join(FRONT_PLANS)}, got {plan!r}")
+    fronts = [m for m in model.modules() if isinstance(m, FilterbankFront)]
+    for front in fronts:
+        front.plan = plan
+    return len(fronts)
+
+
+def chunk_samples(pool: int) -> int:
+    """The chunk of :func:`chunked_band_energy` for frames of ``pool`` samples: its largest divisor up to 64."""
+    return max(d for d in range(1, min(pool, 64) + 1) if pool % d == 0)
+
+
+def time_front(front: FilterbankFront, plan: str, batch: int, length: int, device: torch.device,
+               repeats: int = 3) -> float:  # fmt: skip
+    """Median seconds of ``front``'s forward + backward along ``plan`` on random audio (CUDA events on a GPU);
+    one untimed run first. Out of memory counts as infinitely slow."""
+    x = (0.05 * torch.randn(batch, 1, length, generator=torch.Generator().manual_seed(0))).to(device)
+    params = [p for p in front.parameters() if p.requires_grad]
+    try:
+
+        def run() -> None:
+            e = front.band_energies(x.requires_grad_(), plan)
+            torch.autograd.grad(e.sum(), [x, *params], allow_unused=True)
+
+        run()
+        times = []
+        for _ in range(repeats):
+            if device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - t0)
+    except torch.OutOfMemoryError:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return math.inf
+    return sorted(times)[len(times) // 2]
+
+
 class FilterbankFront(Streamable):
     """``(B, 1, T) -> (B, bands, T / pool)``: log energies of ``bands`` learnable SSM band-pass filters.
 
@@ -119,17 +253,41 @@ class FilterbankFront(Streamable):
         self.gain = nn.Parameter(torch.full((bands,), GAIN))
         self.rate = Fraction(1, pool)
         self.chunk_multiple = pool
+        # how training computes the band energies, the same numbers either way (`train.front_plan`): "fft"
+        # (band_energy), "chunked" (chunked_band_energy) or "measure" (both timed once per shape, the faster kept)
+        self.plan = "fft"
 
     def _compress(self, energy: Tensor) -> Tensor:
         """Mean band energies ``(B, F, frames)`` -> normalised log energies."""
         return (torch.log(energy + self.floor) - self.shift[:, None]) * self.gain[:, None]
 
+    def choose_plan(self, batch: int, length: int, device: torch.device) -> str:
+        """The plan of ``forward`` for a batch of ``batch`` x ``length`` samples on ``device`` (see ``plan``)."""
+        if self.plan in PLANS:
+            return self.plan
+        if self.plan != "measure":
+            raise ValueError(f"the filterbank front's plan must be {', '.join(FRONT_PLANS)}; got {self.plan!r}")
+        key = (batch, length, self.bands, self.ssm.n_states, self.pool, str(device))
+        if key not in MEASURED:
+            if torch.compiler.is_compiling():
+                return "fft"
+            MEASURED[key] = min(PLANS, key=lambda p: time_front(self, p, batch, length, device))
+        return MEASURED[key]
+
+    def band_energies(self, x: Tensor, plan: str) -> Tensor:
+        """Mean band energies ``(B, F, T / pool)`` of ``x (B, 1, T)`` along ``plan`` ("fft" or "chunked")."""
+        if plan == "chunked":
+            wr, wi, w = self.ssm._weights()  # (F, 1, M): one input channel
+            return chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], self.pool, chunk_samples(self.pool))
+        # the resonators die out within a few thousand samples: short kernels, shorter FFTs (live_length)
+        k = self.ssm.kernel(self.ssm.modes.live_length(int(x.shape[-1])))  # (F, 1, Lk)
+        return band_energy(x, k[:, 0], self.pool)
+
     @float32_island
     def forward(self, x: Tensor) -> Tensor:
         _check_length(self, x)
-        # the resonators die out within a few thousand samples: short kernels, shorter FFTs (live_length)
-        k = self.ssm.kernel(self.ssm.modes.live_length(int(x.shape[-1])))  # (F, 1, Lk)
-        return self._compress(band_energy(x, k[:, 0], self.pool))
+        plan = self.choose_plan(int(x.shape[0]), int(x.shape[-1]), x.device)
+        return self._compress(self.band_energies(x, plan))
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(f"ssm.{n}", s) for n, s in self.ssm.state_shapes()]

@@ -60,6 +60,9 @@ class RunConfig:
     # each loaded batch trains this many steps, its noise, room, microphone, SNR and gain re-drawn on the
     # device for every repeat (needs device_augment): for a GPU the loader cannot keep busy
     echo: int = 1
+    # how a filterbank front computes its band energies (the same numbers): "fft", "chunked" (matrix products
+    # inside 40-sample chunks, ~2x less memory traffic on a GPU; edgessm.ssm.filterbank) or "measure"
+    front_plan: str = "fft"
     # parts of the network that keep their (initial) weights: module names, e.g. "backbone.layers.0", or
     # "front" for a filterbank front; a fine-tune with a frozen front trains ~2x faster on a CPU
     freeze: list[str] = field(default_factory=list)

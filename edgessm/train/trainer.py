@@ -36,6 +36,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from edgessm.ssm.essm import essm_layers, sample_train_budget
+from edgessm.ssm.filterbank import set_front_plan
 from edgessm.ssm.hades import auxiliary_loss
 
 from .allocator import keep_freed_memory
@@ -227,6 +228,7 @@ class Trainer:
         torch.manual_seed(cfg.train.seed + self.rank)
         self.task = task or build_task(cfg)
         self.model = self.task.build_model().to(self.device)
+        set_front_plan(self.model, cfg.train.front_plan)
         self.frozen = freeze(self.model, list(cfg.train.freeze))
         if self.frozen and not any(p.requires_grad for p in self.model.parameters()):
             raise ValueError(f"train.freeze {list(cfg.train.freeze)} leaves nothing to train")
