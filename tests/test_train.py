@@ -597,7 +597,7 @@ def test_front_plan_reaches_the_filterbank_and_trains(sc_folder: Path, tmp_path:
     trainer.fit()
     assert all(math.isfinite(v) for v in _losses(tmp_path / "run"))
     cfg.train.front_plan = "fast"
-    with pytest.raises(ValueError, match="train.front_plan"):
+    with pytest.raises(ValueError, match=r"train\.front_plan"):
         Trainer(cfg, tmp_path / "bad", device="cpu", progress=False)
 
 
