@@ -7,23 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from fixtures import tiny_kws_toml
 from torch import nn
 
 from edgessm.bench import run
 from edgessm.bench.roofline import GLUE, H100, OPTIMIZER, group_of, trace_step
-
-TINY = """task = "kws"
-[model]
-channels = [4, 8]
-states = [4, 8]
-kinds = ["full", "pointwise"]
-pools = [4, 4]
-[data]
-words = "sc10"
-clip_samples = 4096
-[train]
-batch_size = 2
-"""
 
 
 class _Two(nn.Module):
@@ -67,14 +55,13 @@ def test_a_host_sync_in_the_step_is_reported() -> None:
 
 
 def test_cli_prints_blocks_and_totals(tmp_path: Path, capsys) -> None:
-    cfg = tmp_path / "tiny.toml"
-    cfg.write_text(TINY)
+    cfg = tiny_kws_toml(tmp_path / "tiny.toml", tmp_path / "no-data-needed", steps=1)  # only the network is built
     out = tmp_path / "roofline.json"
     assert run("roofline", [str(cfg), "--batch", "4", "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "batch 4 x 0.26 s" in text and "backbone.layers.0" in text and "host syncs in the step: 0" in text
+    assert "batch 4 x 0.51 s" in text and "backbone.layers.0" in text and "host syncs in the step: 0" in text
     report = json.loads(out.read_text())
-    assert report["shape"] == [4, 1, 4096] and report["summary"]["ops"] == sum(r["ops"] for r in report["rows"])
+    assert report["shape"] == [4, 1, 8192] and report["summary"]["ops"] == sum(r["ops"] for r in report["rows"])
     assert report["summary"]["fused_ms"] < report["summary"]["eager_device_ms"]
     with pytest.raises(SystemExit, match="positive"):
         run("roofline", [str(cfg), "--bandwidth", "0"])

@@ -204,12 +204,27 @@ def time_plan(
     try:
         u, k = rand(batch, h_in, length), rand(n, kernel_length or length)
         b, c = rand(n, h_in), rand(h_out, n)
+    except torch.OutOfMemoryError:
+        return _out_of_memory(device)
 
-        def run() -> None:
-            y = bottleneck_conv(u, k, b, c, plan)
-            if backward:
-                torch.autograd.grad(y.sum(), (u, k, b, c))
+    def run() -> None:
+        y = bottleneck_conv(u, k, b, c, plan)
+        if backward:
+            torch.autograd.grad(y.sum(), (u, k, b, c))
 
+    return median_seconds(run, device, repeats)
+
+
+def _out_of_memory(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # what the failed candidate allocated goes back before the next is timed
+    return math.inf
+
+
+def median_seconds(run: Callable[[], None], device: torch.device, repeats: int = 3) -> float:
+    """Median seconds of ``run()`` over ``repeats`` calls after one untimed call (cuFFT plans, allocator): CUDA
+    events on a GPU, the wall clock elsewhere. Out of memory counts as infinitely slow (the planners' timer)."""
+    try:
         run()
         times = []
         for _ in range(repeats):
@@ -225,9 +240,7 @@ def time_plan(
                 run()
                 times.append(time.perf_counter() - t0)
     except torch.OutOfMemoryError:
-        if device.type == "cuda":
-            torch.cuda.empty_cache()  # what the failed order allocated goes back before the next is timed
-        return math.inf
+        return _out_of_memory(device)
     return sorted(times)[len(times) // 2]
 
 

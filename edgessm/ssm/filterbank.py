@@ -19,7 +19,6 @@ are per frame.
 from __future__ import annotations
 
 import math
-import time
 from fractions import Fraction
 
 import torch
@@ -27,7 +26,7 @@ from torch import Tensor, nn
 
 from .blocks import FullSSM
 from .discretize import powers
-from .fftconv import causal_conv, fft_size
+from .fftconv import causal_conv, fft_size, median_seconds
 from .precision import float32_island
 from .resample import _check_length
 from .stream import Counts, State, Streamable, causal_toeplitz
@@ -197,32 +196,14 @@ def time_front(front: FilterbankFront, plan: str, batch: int, length: int, devic
     """Median seconds of ``front``'s forward + backward along ``plan`` on random audio (CUDA events on a GPU);
     one untimed run first. Out of memory counts as infinitely slow."""
     x = (0.05 * torch.randn(batch, 1, length, generator=torch.Generator().manual_seed(0))).to(device)
+    x.requires_grad_()
     params = [p for p in front.parameters() if p.requires_grad]
-    try:
 
-        def run() -> None:
-            e = front.band_energies(x.requires_grad_(), plan)
-            torch.autograd.grad(e.sum(), [x, *params], allow_unused=True)
+    def run() -> None:
+        e = front.band_energies(x, plan)
+        torch.autograd.grad(e.sum(), [x, *params], allow_unused=True)
 
-        run()
-        times = []
-        for _ in range(repeats):
-            if device.type == "cuda":
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                run()
-                times.append(time.perf_counter() - t0)
-    except torch.OutOfMemoryError:
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        return math.inf
-    return sorted(times)[len(times) // 2]
+    return median_seconds(run, device, repeats)
 
 
 class FilterbankFront(Streamable):
