@@ -90,6 +90,15 @@ def test_partial_init_takes_the_matching_blocks_and_trains_new_ones(sc_folder: P
     cfg.model = {**TINY_KWS, "kinds": ["full", "hades"], "hades": {"experts": 2, "top_q": 1, "head_dim": 4}}
     with pytest.raises(RuntimeError, match=r"Missing key|Unexpected key"):
         Trainer(cfg, tmp_path / "strict", device="cpu", progress=False, init=tmp_path / "a")
+    from safetensors.torch import save_file
+
+    fewer = dict(load_model_weights(tmp_path / "a", "cpu"))
+    dropped = sorted(fewer)[-1]
+    del fewer[dropped]  # weights without one tensor of the network (a shipped folder without a training head)
+    save_file(fewer, str(tmp_path / "fewer.safetensors"))
+    with pytest.raises(RuntimeError, match=rf"lacks 1 tensors .*{dropped}.*--init-partial"):
+        Trainer(kws_config(sc_folder, steps=2), tmp_path / "f", device="cpu", progress=False,
+                init=tmp_path / "fewer.safetensors")  # fmt: skip
     trainer = Trainer(cfg, tmp_path / "b", device="cpu", progress=False, init=tmp_path / "a", init_partial=True)
     assert "start fresh" in capsys.readouterr().out
     first = {k: v for k, v in trainer.model.state_dict().items() if ".0." in k}

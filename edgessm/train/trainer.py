@@ -257,6 +257,13 @@ class Trainer:
             weights = load_model_weights(init, self.device)
             if init_partial:
                 weights = self._matching(weights)
+            missing = sorted(set(self.model.state_dict()) - set(weights))
+            if missing and not init_partial and set(weights) <= set(self.model.state_dict()):
+                raise RuntimeError(
+                    f"{init} lacks {len(missing)} tensors of this recipe's network ({', '.join(missing[:4])}"
+                    f"{', ...' if len(missing) > 4 else ''}): a shipped model has no training-only heads; add "
+                    "--init-partial to start them fresh"
+                )
             self.model.load_state_dict(weights, strict=not init_partial)
         self.net: nn.Module = self.model
         mode = compile_mode(cfg.train.compile)
