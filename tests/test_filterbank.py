@@ -171,6 +171,8 @@ def test_chunked_band_energy_is_the_fft_convolution(states: int, sub: int) -> No
         ref = fb32(x32)
         fb32.plan = "chunked"
         assert rel_err(fb32(x32), ref) < 1e-5
+        with torch.autocast("cpu", dtype=torch.bfloat16):  # a float32 island under autocast, as the FFT path
+            assert rel_err(fb32(x32.bfloat16()).float(), ref) < 1e-2
     with pytest.raises(ValueError, match="pool of sub"):
         chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], 160, 48)
 
