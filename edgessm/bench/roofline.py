@@ -49,7 +49,7 @@ from edgessm.ssm.filterbank import set_front_plan
 from edgessm.train.config import load_config
 from edgessm.train.tasks import build_task
 
-from .trainstep import LENGTH_FIELD
+from .trainstep import example_samples
 
 # H100 SXM5: HBM3 bandwidth, dense FP32 on the CUDA cores; float32 matrix products run there too unless TF32 is
 # allowed (torch.backends.cuda.matmul.allow_tf32, off by default and in the trainer): then ~494 TFLOP/s
@@ -240,10 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         net = build_task(cfg).build_model()
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise SystemExit(f"roofline: {e}") from None
-    field, default = LENGTH_FIELD.get(cfg.task, (None, 32000))
-    samples = round(args.seconds * 16000) if args.seconds else int(cfg.data.get(field, default) if field else default)
-    stride = int(getattr(net, "stride", 0) or getattr(net, "chunk_multiple", 1))
-    samples = max(stride, samples - samples % stride)
+    samples = example_samples(cfg, net, args.seconds)
     batch = args.batch or cfg.train.batch_size
     target = {"bandwidth_tbs": args.bandwidth, "vector_tflops": args.vector_tflops, "tensor_tflops": args.tensor_tflops}
     if cfg.train.front_plan == "measure":

@@ -34,6 +34,14 @@ from edgessm.train.trainer import freeze
 LENGTH_FIELD = {"denoise": ("segment_samples", 32768), "kws": ("clip_samples", 16000), "asr": (None, 64000)}
 
 
+def example_samples(cfg, net: torch.nn.Module, seconds: float | None) -> int:
+    """Samples of one training example of recipe ``cfg`` (``seconds`` if given), a multiple of ``net``'s stride."""
+    field, default = LENGTH_FIELD.get(cfg.task, (None, 32000))
+    samples = round(seconds * 16000) if seconds else int(cfg.data.get(field, default) if field else default)
+    stride = int(getattr(net, "stride", 0) or getattr(net, "chunk_multiple", 1))
+    return max(stride, samples - samples % stride)
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m edgessm.bench trainstep", description=__doc__.split("\n\n")[0])
     ap.add_argument("recipe", help="a shipped recipe (kws, kws_es, denoise, denoise_hourglass, asr) or a TOML config")
@@ -64,10 +72,7 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
         set_front_plan(net, cfg.train.front_plan)  # a row with train.front_plan=chunked times the chunked front
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise SystemExit(f"trainstep: {label}: {e}") from None
-    field, default = LENGTH_FIELD.get(cfg.task, (None, 32000))
-    samples = round(seconds * 16000) if seconds else int(cfg.data.get(field, default) if field else default)
-    stride = int(getattr(net, "stride", 0) or getattr(net, "chunk_multiple", 1))
-    samples = max(stride, samples - samples % stride)
+    samples = example_samples(cfg, net, seconds)
     counts = net.counts()
     net = net.to(device)
     mode = compile_mode(cfg.train.compile)

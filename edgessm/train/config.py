@@ -42,8 +42,9 @@ class RunConfig:
     batch_size: int = 32  # global batch: split evenly across distributed processes
     eval_every: int = 500
     checkpoint_every: int = 200
-    # every N steps (and at the last) the weights as a model folder snapshots/step_NNNNNNN/ (0: none): the
-    # schedule's tail averaged with `edgessm soup` (checkpoint averaging) is often better than its last step
+    # every N steps (and at the last) the weights as a model folder snapshots/step_NNNNNNN/ (0: none), for
+    # checkpoint averaging with `edgessm soup` (it helps runs cut off at a high LR; after a cosine to zero the
+    # asr tail's soups tied the last step, README *Model soups*)
     snapshot_every: int = 0
     log_every: int = 10
     seed: int = 0
