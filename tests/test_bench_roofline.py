@@ -65,3 +65,26 @@ def test_cli_prints_blocks_and_totals(tmp_path: Path, capsys) -> None:
     assert report["summary"]["fused_ms"] < report["summary"]["eager_device_ms"]
     with pytest.raises(SystemExit, match="positive"):
         run("roofline", [str(cfg), "--bandwidth", "0"])
+
+
+def test_fused_front_is_traced_as_its_kernel_operators(tmp_path: Path, capsys) -> None:
+    """``--fused-front``: the filterbank front's chunked scan through the fused Triton operators (their fake
+    kernels on the meta device): fewer bytes than the PyTorch chunked front, the kernels' FLOPs counted."""
+    from edgessm.ssm.fused.front import tile_flops
+
+    cfg = tiny_kws_toml(tmp_path / "tiny.toml", tmp_path / "no-data-needed", steps=1)
+    front = ["--set", "model.front=filterbank", "--set", "model.front_bands=4", "--batch", "2"]
+    reports = {}
+    for name, flags in (("chunked", ["--set", "train.front_plan=chunked"]), ("fused", ["--fused-front"])):
+        out = tmp_path / f"{name}.json"
+        assert run("roofline", [str(cfg), *front, *flags, "--json", str(out)]) == 0
+        reports[name] = {r["block"]: r for r in json.loads(out.read_text())["rows"]}
+        shape = json.loads(out.read_text())["shape"]
+    assert "front chunked (fused kernel)" in capsys.readouterr().out
+    chunked, fused = reports["chunked"]["backbone.layers.0"], reports["fused"]["backbone.layers.0"]
+    assert fused["bytes"] < chunked["bytes"] and fused["ops"] < chunked["ops"]
+    rows = shape[0] * shape[-1] // 32  # 32-sample chunks (10 ms frames), 4 bands, one mode: K = 2
+    kernels = 7 * tile_flops(rows, 4, 32, 2)  # forward 1, backward 6 (attributed to the front, not its neighbour)
+    assert kernels <= fused["tensor_flops"] < 1.05 * kernels  # the rest: the scan's state products between chunks
+    with pytest.raises(SystemExit, match="no filterbank front"):
+        run("roofline", [str(cfg), "--fused-front"])

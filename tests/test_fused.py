@@ -148,3 +148,69 @@ def test_bottleneck_natural_frequency_order_takes_the_fused_contraction(interpre
     assert torch.allclose(out["1"][0], out["0"][0], rtol=1e-4, atol=1e-6)
     for a, b in zip(out["1"][1], out["0"][1], strict=True):
         assert torch.allclose(a, b, rtol=1e-3, atol=1e-6 * (1 + b.abs().max()))
+
+
+@pytest.mark.parametrize(("r", "s", "f", "k"), [(1, 7, 1, 2), (5, 32, 3, 2), (130, 40, 2, 4), (64 * 65 + 3, 16, 1, 2)])
+def test_fused_front_row_energy_and_its_gradients_match_float64(interpret, r, s, f, k) -> None:
+    """q[r, f] = Σ_t (x wx[f] + h[:, f] wh[f])² and all four gradients against float64 einsums: one row, a chunk
+    that is no power of two (masked tiles), and more row blocks than the weight gradient's splits (each split
+    walks several blocks, the last ones past the end)."""
+    from edgessm.ssm.fused.front import BLOCK_R, SPLITS
+
+    assert -(-(64 * 65 + 3) // BLOCK_R) > SPLITS  # the last case still has more row blocks than splits
+    g = torch.Generator().manual_seed(0)
+    ref_in = [torch.randn(*shape, dtype=torch.float64, generator=g).requires_grad_()
+              for shape in ((r, s), (r, f, k), (f, s, s), (f, k, s))]  # fmt: skip
+    x, h, wx, wh = ref_in
+    ref = (torch.einsum("rs,fst->rft", x, wx) + torch.einsum("rfk,fkt->rft", h, wh)).square().sum(-1)
+    got_in = [t.detach().float().requires_grad_() for t in ref_in]
+    q = fused.row_energy(*got_in)
+    assert q.shape == (r, f) and q.dtype == torch.float32 and interpret.CALLS["front_energy_fwd"] == 1
+    assert (q.double() - ref).abs().max() <= 1e-6 * ref.abs().max()
+    gq = torch.randn(r, f, dtype=torch.float64, generator=g)
+    got = torch.autograd.grad((q * gq.float()).sum(), got_in)
+    want = torch.autograd.grad((ref * gq).sum(), ref_in)
+    assert interpret.CALLS["front_energy_bwd"] == 1
+    for a, w in zip(got, want, strict=True):
+        assert (a.double() - w).abs().max() <= 2e-6 * w.abs().max()
+    with pytest.raises(ValueError, match=r"wx \(F, S, S\)"):
+        fused.row_energy(got_in[0], got_in[1], got_in[2][:, :1], got_in[3])
+
+
+def test_filterbank_front_chunked_plan_takes_the_fused_kernel_and_matches_the_fft_path(interpret, monkeypatch) -> None:
+    """The front's `chunked` plan with EDGESSM_FUSED=1 (32-sample chunks, the kernel) against the default FFT
+    path with EDGESSM_FUSED=0: log energies, and the gradients of the input and every filter parameter."""
+    from conftest import randomize
+
+    from edgessm.ssm.filterbank import FilterbankFront, chunk_samples
+
+    assert chunk_samples(160, fused=True) == 32 and chunk_samples(160) == 40  # power-of-two tiles when fused
+    assert chunk_samples(192, fused=True) == 64 and chunk_samples(100, fused=True) == 50  # 4 is too small a tile
+    torch.manual_seed(0)
+    front = randomize(FilterbankFront(bands=5, states=2, pool=160), dynamics=False)
+    x = (0.1 * torch.randn(2, 1, 160 * 7)).requires_grad_()
+    out = {}
+    for plan, mode in (("fft", "0"), ("chunked", "1")):
+        monkeypatch.setenv("EDGESSM_FUSED", mode)
+        front.plan = plan
+        front.zero_grad()
+        x.grad = None
+        e = front(x)
+        (e * torch.linspace(-1, 1, e.numel()).reshape(e.shape)).sum().backward()
+        out[plan] = (e.detach(), [x.grad.clone(), *(p.grad.clone() for p in front.parameters())])
+    assert interpret.CALLS["front_energy_fwd"] == 1 and interpret.CALLS["front_energy_bwd"] == 1
+    (e0, g0), (e1, g1) = out["fft"], out["chunked"]
+    assert torch.allclose(e1, e0, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g1, g0, strict=True):
+        assert torch.allclose(a, b, rtol=1e-3, atol=1e-5 * (1 + b.abs().max()))
+
+
+def test_fused_front_traces_into_one_graph(interpret) -> None:
+    """The fused front is a PyTorch operator (torch.library): torch.compile sees the front whole, no graph break."""
+    from edgessm.ssm.filterbank import FilterbankFront
+
+    front = FilterbankFront(bands=4, pool=160)
+    front.plan, front.fused = "chunked", True
+    explained = torch._dynamo.explain(front)(torch.randn(2, 1, 1600))
+    assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
+    assert explained.graph_count == 1

@@ -3,6 +3,7 @@
     python -m edgessm.bench roofline kws_v7 --batch 256
     python -m edgessm.bench roofline asr_v4_gpu --batch 64 --seconds 4 --json roofline.json
     python -m edgessm.bench roofline kws_v7 --batch 256 --set train.front_plan=chunked
+    python -m edgessm.bench roofline kws_v7 --batch 256 --fused-front
 
 One training step (forward, backward, AdamW) of the recipe's network runs on PyTorch's ``meta`` device (shapes
 only, no arithmetic: a batch of 256 costs nothing to trace) under a dispatch recorder: every ATen operation is
@@ -25,6 +26,11 @@ Two costs on a target GPU (default: an H100 SXM in float32 without TF32; ``--ban
   multi-tensor kernel (parameters, gradients and two moments read, three written). A lower bound for
   hand-fused kernels whose intermediates stay on chip, with the host out of the way (a CUDA graph).
 
+``--fused-front`` traces the chunked front as the GPU runs it, through its fused Triton kernel
+(:func:`edgessm.ssm.fused.row_energy`): one operator forward and one backward (its two kernels), FLOPs counted
+on the kernels' padded tiles, bytes as its arguments and results (the backward's second kernel reads the
+rows again: ~20% more than counted).
+
 The counts are measured; the times are a model (bandwidth and peak rates, no caches, no overlap), for
 planning fused kernels and for saying what a step could cost where no GPU is at hand.
 """
@@ -32,6 +38,7 @@ planning fused kernels and for saying what a step could cost where no GPU is at 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -45,7 +52,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 from torch.utils.module_tracker import ModuleTracker
 
-from edgessm.ssm.filterbank import set_front_plan
+from edgessm.ssm.filterbank import FilterbankFront, set_front_plan
 from edgessm.train.config import load_config
 from edgessm.train.tasks import build_task
 
@@ -57,6 +64,7 @@ H100 = {"bandwidth_tbs": 3.35, "vector_tflops": 67.0, "tensor_tflops": 67.0}
 TENSOR_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution", "convolution_backward"}
 FFT_OPS = {"_fft_r2c": 2.5, "_fft_c2r": 2.5, "_fft_c2c": 5.0}  # FLOPs per element and log2 of the length
 SYNC_OPS = {"_local_scalar_dense", "item", "is_nonzero", "equal"}  # the host waits for the device
+FUSED_FRONT = {"front_row_energy": 1, "front_row_energy_backward": 6}  # the Triton front's products per operator
 GLUE = "(loss and glue)"
 OPTIMIZER = "(optimizer)"
 
@@ -96,6 +104,11 @@ def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, boo
     name = packet.__name__
     if packet in flop_registry:
         return float(flop_registry[packet](*args, **kwargs, out_val=out)), name in TENSOR_OPS
+    if name in FUSED_FRONT:  # edgessm::front_row_energy(x (R, S), h (R, F, K), ...): products on padded tiles
+        from edgessm.ssm.fused.front import tile_flops
+
+        x, h = args[0], args[1]
+        return FUSED_FRONT[name] * tile_flops(x.shape[0], h.shape[1], x.shape[1], h.shape[2]), True
     if name in FFT_OPS:
         x = args[0]
         dims = [d % x.dim() for d in args[1]]
@@ -108,10 +121,38 @@ def op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> tuple[float, boo
     return float(sum(t.numel() * (2 if t.is_complex() else 1) for t in outs)), False
 
 
+class RecentModuleTracker(ModuleTracker):
+    """PyTorch's :class:`ModuleTracker`, remembering when each module was last entered. In the backward pass it
+    can leave behind a module it did not see exit (one that returns its input, such as a dropout of rate 0:
+    the exit hook fires before the entry hook), so "the deepest module listed" can name a finished one. The
+    one running is the most recently entered of the innermost modules listed (a module and its parent enter
+    together in the backward pass, when their shared output's gradient arrives)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered: dict[str, int] = {}
+        self._clock = itertools.count(1)
+
+    def _get_append_fn(self, name, is_bw):
+        append = super()._get_append_fn(name, is_bw)
+
+        def fn(*args):
+            append(*args)
+            self.entered[name] = next(self._clock)
+
+        return fn
+
+    def running(self) -> str:
+        """The module running now (its qualified name, ``Global`` outside every module)."""
+        listed = self.parents
+        inner = [n for n in listed if not any(o.startswith(n + ".") for o in listed)]
+        return max(inner, key=lambda n: self.entered.get(n, 0))
+
+
 class StepRecorder(TorchDispatchMode):
     """Counts every ATen call of a training step by block and phase (forward, backward, optimizer)."""
 
-    def __init__(self, tracker: ModuleTracker, root: str, target: dict[str, float]) -> None:
+    def __init__(self, tracker: RecentModuleTracker, root: str, target: dict[str, float]) -> None:
         super().__init__()
         self.tracker, self.root, self.target = tracker, root, target
         self.costs: dict[str, Cost] = defaultdict(Cost)
@@ -122,10 +163,10 @@ class StepRecorder(TorchDispatchMode):
     def _group(self) -> str:
         if self.optimizer:
             return OPTIMIZER
-        inside = [p[len(self.root) + 1 :] for p in self.tracker.parents if p.startswith(self.root + ".")]
-        if not inside:
+        running = self.tracker.running()
+        if not running.startswith(self.root + "."):
             return GLUE
-        return group_of(max(inside, key=len))
+        return group_of(running[len(self.root) + 1 :])
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -181,7 +222,7 @@ def trace_step(net: torch.nn.Module, x: torch.Tensor, target: dict[str, float]) 
     opt.zero_grad(set_to_none=True)
     handles = [modules[g].register_forward_hook(hook(g)) for g in groups if g in modules]
     try:
-        with ModuleTracker() as tracker:
+        with RecentModuleTracker() as tracker:
             recorder = StepRecorder(tracker, type(net).__name__, target)
             with recorder:
                 y = net(x)
@@ -227,6 +268,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="TFLOP/s of float32 matrix products (67 on an H100's CUDA cores; ~494 with TF32)")  # fmt: skip
     ap.add_argument("--host-us", type=float, default=31.0, help="host dispatch time per eager operation, µs")
     ap.add_argument("--kernel-us", type=float, default=2.0, help="fixed device time per kernel, µs")
+    ap.add_argument("--fused-front", action="store_true",
+                    help="the filterbank front as its fused Triton kernel (sets train.front_plan=chunked)")  # fmt: skip
     ap.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     return ap
 
@@ -243,9 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     samples = example_samples(cfg, net, args.seconds)
     batch = args.batch or cfg.train.batch_size
     target = {"bandwidth_tbs": args.bandwidth, "vector_tflops": args.vector_tflops, "tensor_tflops": args.tensor_tflops}
-    if cfg.train.front_plan == "measure":
+    plan = "chunked" if args.fused_front else cfg.train.front_plan
+    if plan == "measure":
         raise SystemExit("roofline: train.front_plan=measure times the plans on a device; trace fft or chunked")
-    fronts = set_front_plan(net, cfg.train.front_plan)
+    fronts = set_front_plan(net, plan)
+    if args.fused_front and not fronts:
+        raise SystemExit(f"roofline: --fused-front: {args.recipe}'s network has no filterbank front")
+    for front in (m for m in net.modules() if isinstance(m, FilterbankFront)):
+        front.fused = True if args.fused_front else None
     net = net.to("meta")
     x = torch.empty(batch, 1, samples, device="meta")
     try:
@@ -270,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     fused_ms = sum(r["fused_ms"] for r in rows)
     kernels = sum(r["fused_kernels"] for r in rows)
     syncs = sum(r["syncs"] for r in rows)
-    front = f", front {cfg.train.front_plan}" if fronts else ""
+    front = f", front {plan}{' (fused kernel)' if args.fused_front else ''}" if fronts else ""
     print(f"# roofline of one training step: {args.recipe}, batch {batch} x {samples / 16000:.2f} s{front} "
           f"(forward, backward, AdamW; traced on the meta device in fp32)")  # fmt: skip
     print(f"# target: {args.bandwidth:g} TB/s, {args.vector_tflops:g} TFLOP/s vector, {args.tensor_tflops:g} TFLOP/s "

@@ -92,7 +92,8 @@ class _BandEnergy(torch.autograd.Function):
         return gx, gk, None
 
 
-def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int, sub: int) -> Tensor:
+def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int, sub: int,
+                        fused: bool | None = None) -> Tensor:  # fmt: skip
     """:func:`band_energy` of the modal filters ``k[f, τ] = Σ_m w[f, m] Re(Ā[f, m]^τ)`` by a chunked scan.
 
     ``x (B, 1, T)``; ``wr, wi, w (F, M)`` (``Ā = exp(wr + i wi)``); ``sub`` divides ``pool``, ``pool`` divides
@@ -103,7 +104,10 @@ def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int,
       the ``P = T / sub`` chunks with the complex kernel ``(Ā^sub)^p``, by FFTs of ``2 P`` points;
     * inside chunk ``p``: ``y_p[t] = Σ_s K[t, s] x_p[s] + Σ_m w_m Re(Ā_m^{t+1} H_p[m])``, with ``K`` the
       ``sub × sub`` causal Toeplitz matrix of the kernel: for all bands at once one matrix product
-      ``[x_p | Re H_p | Im H_p] (B P, sub + 2 F M) @ W (sub + 2 F M, F sub)`` (:func:`_frame_energy_of_product`).
+      ``[x_p | Re H_p | Im H_p] (B P, sub + 2 F M) @ W (sub + 2 F M, F sub)`` (:func:`_frame_energy_of_product`),
+      or, fused (``fused``: as :func:`~edgessm.ssm.kernels.modal_kernel`'s; on CUDA by default), one Triton
+      kernel per band and row block that squares and sums ``y`` where it is made
+      (:func:`edgessm.ssm.fused.row_energy`): the band outputs never reach memory.
 
     The same numbers as :func:`band_energy`'s FFT convolution over the whole input (no kernel truncation),
     without FFTs at the sample rate: the ``(B, F, T)`` band outputs are one matrix product, kept once for the
@@ -125,15 +129,36 @@ def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int,
     gr, gi = powers(wr, wi, sub * torch.arange(chunks, device=x.device))  # (F, M, P)
     n = fft_size(2 * chunks)
     h = torch.fft.ifft(torch.fft.fft(z, n=n) * torch.fft.fft(torch.complex(gr, gi), n=n), n=n)[..., : chunks - 1]
-    h = torch.nn.functional.pad(h, (1, 0)).permute(0, 3, 1, 2).reshape(b * chunks, f * m)  # (B P, F M)
+    h = torch.nn.functional.pad(h, (1, 0)).permute(0, 3, 1, 2)  # (B, P, F, M)
+    toeplitz = causal_toeplitz(torch.einsum("fm,fml->fl", w, pr[..., :sub]))  # K_f[t, s]: (F, t, s)
+    readout_r, readout_i = w[..., None] * pr[..., 1:], -w[..., None] * pi[..., 1:]  # (F, M, t)
+    if _fused_front(x, fused):
+        from .fused import row_energy
+
+        q = row_energy(xs.reshape(b * chunks, sub), torch.cat([h.real, h.imag], -1).reshape(b * chunks, f, 2 * m),
+                       toeplitz.transpose(1, 2), torch.cat([readout_r, readout_i], 1))  # fmt: skip
+        per_frame = pool // sub
+        e = q.reshape(b, t // pool, per_frame, f).sum(2) / pool  # (B, frames, F)
+        return e.transpose(1, 2)
+    h = h.reshape(b * chunks, f * m)
     a = torch.cat([xs.reshape(b * chunks, sub), h.real, h.imag], dim=1)
     # W: rows [input samples s | Re H_fm | Im H_fm], columns (f, t): K_f[t, s]; w Re Ā^{t+1}; -w Im Ā^{t+1}
-    toeplitz = causal_toeplitz(torch.einsum("fm,fml->fl", w, pr[..., :sub]))  # (F, t, s)
     eye = torch.eye(f, dtype=x.dtype, device=x.device)
-    readout_r = torch.einsum("fmt,fg->fmgt", w[..., None] * pr[..., 1:], eye).reshape(f * m, f * sub)
-    readout_i = torch.einsum("fmt,fg->fmgt", -w[..., None] * pi[..., 1:], eye).reshape(f * m, f * sub)
+    readout_r = torch.einsum("fmt,fg->fmgt", readout_r, eye).reshape(f * m, f * sub)
+    readout_i = torch.einsum("fmt,fg->fmgt", readout_i, eye).reshape(f * m, f * sub)
     weights = torch.cat([toeplitz.permute(2, 0, 1).reshape(sub, f * sub), readout_r, readout_i], dim=0)
     return _frame_energy_of_product(a, weights, b, f, pool // sub)
+
+
+def _fused_front(x: Tensor, fused: bool | None) -> bool:
+    """Whether the fused Triton row energies run for ``x`` (:func:`edgessm.ssm.fused.use_fused`); demanded on
+    the meta device (``bench roofline --fused-front``), the operator's shapes are traced instead."""
+    from . import fused as kernels
+
+    if fused and x.device.type == "meta":
+        return True
+
+    return kernels.wants_fused(x, fused) and kernels.use_fused(x, fused)  # imports Triton only past the first test
 
 
 def _frame_energy_of_product(a: Tensor, w: Tensor, batch: int, bands: int, per_frame: int) -> Tensor:
@@ -186,8 +211,14 @@ def set_front_plan(model: nn.Module, plan: str) -> int:
     return len(fronts)
 
 
-def chunk_samples(pool: int) -> int:
-    """The chunk of :func:`chunked_band_energy` for frames of ``pool`` samples: its largest divisor up to 64."""
+def chunk_samples(pool: int, fused: bool = False) -> int:
+    """The chunk of :func:`chunked_band_energy` for frames of ``pool`` samples: its largest divisor up to 64;
+    ``fused``: its largest power-of-two divisor up to 64 where that is at least 16 (the Triton kernel's tiles
+    are powers of two; 32 for 10 ms at 16 kHz)."""
+    if fused:
+        two = pool & -pool  # the largest power of two dividing pool
+        if two >= 16:
+            return min(two, 64)
     return max(d for d in range(1, min(pool, 64) + 1) if pool % d == 0)
 
 
@@ -237,6 +268,8 @@ class FilterbankFront(Streamable):
         # how training computes the band energies, the same numbers either way (`train.front_plan`): "fft"
         # (band_energy), "chunked" (chunked_band_energy) or "measure" (both timed once per shape, the faster kept)
         self.plan = "fft"
+        # the chunked plan's fused Triton kernel: None on CUDA where it can run (EDGESSM_FUSED), True demands it
+        self.fused: bool | None = None
 
     def _compress(self, energy: Tensor) -> Tensor:
         """Mean band energies ``(B, F, frames)`` -> normalised log energies."""
@@ -259,7 +292,9 @@ class FilterbankFront(Streamable):
         """Mean band energies ``(B, F, T / pool)`` of ``x (B, 1, T)`` along ``plan`` ("fft" or "chunked")."""
         if plan == "chunked":
             wr, wi, w = self.ssm._weights()  # (F, 1, M): one input channel
-            return chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], self.pool, chunk_samples(self.pool))
+            fused = _fused_front(x, self.fused)
+            sub = chunk_samples(self.pool, fused)
+            return chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], self.pool, sub, fused=fused)
         # the resonators die out within a few thousand samples: short kernels, shorter FFTs (live_length)
         k = self.ssm.kernel(self.ssm.modes.live_length(int(x.shape[-1])))  # (F, 1, Lk)
         return band_energy(x, k[:, 0], self.pool)

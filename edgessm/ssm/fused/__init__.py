@@ -3,6 +3,8 @@
 * :func:`modal_kernel` (:mod:`.modal`): the diagonal blocks' kernels ``Σ_m c Re(Ā^l)`` without the basis.
 * :func:`project_convolve` (:mod:`.contraction`): the bottleneck blocks' frequency-domain contraction
   ``ŷ = C (k̂ ⊙ (B̄ û))`` with the ``(B, N, F)`` intermediate kept on chip.
+* :func:`row_energy` (:mod:`.front`): the filterbank front's chunked scan, band outputs squared and summed
+  on chip (``(B, F, T)`` never written).
 
 When they run is decided in :mod:`.launch` (``EDGESSM_FUSED``; CUDA, or CPU under ``TRITON_INTERPRET=1``).
 Triton is imported only when a fused kernel may run: this package's names load on first use, and
@@ -19,6 +21,7 @@ from torch import Tensor
 _LAZY = {
     "modal_kernel": ".modal",
     "project_convolve": ".contraction",
+    "row_energy": ".front",
     "CALLS": ".launch",
     "FusedUnavailable": ".launch",
     "interpreting": ".launch",
@@ -43,5 +46,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CALLS", "FusedUnavailable", "interpreting", "modal_kernel", "project_convolve", "triton_version",
-           "use_fused", "wants_fused", "why_not"]  # fmt: skip
+__all__ = ["CALLS", "FusedUnavailable", "interpreting", "modal_kernel", "project_convolve", "row_energy",
+           "triton_version", "use_fused", "wants_fused", "why_not"]  # fmt: skip
