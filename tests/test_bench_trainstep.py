@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from edgessm.bench import run
 
@@ -63,3 +64,20 @@ def test_a_compile_mode_that_does_not_exist_names_the_row(tmp_path: Path) -> Non
     cfg.write_text(TINY)
     with pytest.raises(SystemExit, match=r"train.compile=fast: train.compile = 'fast'"):
         run("trainstep", [str(cfg), "--vs", "train.compile=fast", "--repeats", "1"])
+
+
+def test_a_graphed_row_needs_cuda_and_says_so(tmp_path: Path) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    with pytest.raises(SystemExit, match=r"train.cuda_graphs=true: train.cuda_graphs: it needs a CUDA device"):
+        run("trainstep", [str(cfg), "--vs", "train.cuda_graphs=true", "--repeats", "1"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records a CUDA graph: needs a GPU")
+def test_a_graphed_row_replays_the_recorded_step(tmp_path: Path) -> None:
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    out = tmp_path / "ts.json"
+    args = [str(cfg), "--device", "cuda", "--vs", "train.cuda_graphs=true", "--repeats", "2", "--json", str(out)]
+    assert run("trainstep", args) == 0
+    assert json.loads(out.read_text())["rows"][1]["median_s"] > 0

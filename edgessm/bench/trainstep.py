@@ -5,6 +5,7 @@
     python -m edgessm.bench trainstep asr --vs "model.full_init=s4d" --batch 8 --seconds 4
     python -m edgessm.bench trainstep kws_v7 --device cuda --batch 256 --vs train.compile=reduce-overhead
     python -m edgessm.bench trainstep kws_v7 --device cuda --batch 256 --vs train.front_plan=chunked
+    python -m edgessm.bench trainstep kws_v7 --device cuda --batch 256 --vs train.cuda_graphs=true
 
 Each row builds the recipe's network (with the row's ``--set``-style overrides), feeds random audio of
 the recipe's batch and segment length and times forward + backward + AdamW step. Rows are timed in
@@ -27,8 +28,9 @@ import torch
 from edgessm.ssm.filterbank import set_front_plan
 from edgessm.train.allocator import keep_freed_memory
 from edgessm.train.config import compile_mode, load_config
+from edgessm.train.graphed import StepGraph
 from edgessm.train.tasks import build_task
-from edgessm.train.trainer import freeze
+from edgessm.train.trainer import freeze, graph_refusal
 
 # the input length of a training example, per task: its config field, or a default in samples
 LENGTH_FIELD = {"denoise": ("segment_samples", 32768), "kws": ("clip_samples", 16000), "asr": (None, 64000)}
@@ -80,17 +82,36 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
         net = torch.compile(net, mode=mode)
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.train.amp) if device.type == "cuda" else None
     x = 0.05 * torch.randn(batch or cfg.train.batch_size, 1, samples, generator=torch.Generator().manual_seed(0))
-    return {
+    graphed = bool(cfg.train.cuda_graphs)
+    if graphed and (why := graph_refusal(cfg, device, 1, net, task)):
+        raise SystemExit(f"trainstep: {label}: train.cuda_graphs: {why}")
+    # a row with train.cuda_graphs=true replays the step recorded as one CUDA graph (train/graphed.py)
+    lr = torch.tensor(1e-4, device=device) if graphed else 1e-4
+    row = {
         "label": label,
         "net": net,
-        "opt": torch.optim.AdamW(net.parameters(), lr=1e-4),
+        "opt": torch.optim.AdamW(net.parameters(), lr=lr, capturable=graphed),
         "x": x.to(device),
         "amp": amp,
-        "compiled": mode is not None,
+        "compiled": mode is not None or graphed,
         "params": int(counts.params),
         "mflops": counts.flops * 16000 / 1e6,
         "times": [],
     }
+    if graphed:
+        row["graph"] = StepGraph(lambda batch: _update(row, batch["x"]), warmup=3)
+    return row
+
+
+def _update(row: dict[str, Any], x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Forward, the mean-square loss, backward and AdamW: one training step of the row's network on ``x``."""
+    with torch.autocast("cuda", dtype=row["amp"], enabled=row["amp"] is not None):
+        y = row["net"](x)
+    loss = y.float().pow(2).mean()
+    row["opt"].zero_grad(set_to_none=True)
+    loss.backward()
+    row["opt"].step()
+    return {"loss": loss.detach()}
 
 
 def _step(row: dict[str, Any]) -> float:
@@ -98,12 +119,10 @@ def _step(row: dict[str, Any]) -> float:
     if cuda:
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    with torch.autocast("cuda", dtype=row["amp"], enabled=row["amp"] is not None):
-        y = row["net"](row["x"])
-    loss = y.float().pow(2).mean()
-    row["opt"].zero_grad(set_to_none=True)
-    loss.backward()
-    row["opt"].step()
+    if "graph" in row:
+        row["graph"]({"x": row["x"]})
+    else:
+        _update(row, row["x"])
     if cuda:
         torch.cuda.synchronize()
     return time.perf_counter() - t0
@@ -126,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [_row(args.recipe, overrides, label, args.batch, args.seconds, device) for label, overrides in specs]
     for row in rows:  # warm-up: allocations, plan caches (compiled rows: compilation, CUDA-graph recording)
         row["net"].train()
-        for _ in range(3 if row["compiled"] else 1):
+        for _ in range(4 if row["compiled"] else 1):
             _step(row)
     for _ in range(args.repeats):
         for row in rows:

@@ -52,6 +52,10 @@ class RunConfig:
     # torch.compile the network: false, true (= "default") or a mode: "reduce-overhead" (CUDA graphs: the
     # launch-bound GPU step), "max-autotune", "max-autotune-no-cudagraphs"
     compile: bool | str = False
+    # record the whole training step (forward, loss, backward, clipping, AdamW) once as a CUDA graph and replay
+    # it (train/graphed.py): the host out of the way of a launch-bound GPU step; CUDA, fixed-shape tasks (kws,
+    # denoise), one process, bf16 or fp32, not with train.compile
+    cuda_graphs: bool = False
     workers: int = 2
     eval_batches: int = 0  # 0: the whole validation set
     time_limit_min: float = 0.0  # fit the run into this wall time: steps (and schedule) shrink to the measured rate

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
 from edgessm.dsp import erb_filterbank
 
 
+@functools.cache
+def _erb_bank(n_fft: int, n_bands: int, device: torch.device) -> Tensor:
+    """:func:`~edgessm.dsp.erb_filterbank` on ``device``, made once: a host-to-device copy every step would also
+    stop a recorded CUDA graph (``train.cuda_graphs``)."""
+    return erb_filterbank(n_fft, n_bands).to(device)
+
+
 def erb_spectral_loss(est: Tensor, ref: Tensor, n_fft: int = 512, hop: int = 128, n_bands: int = 32,
                       power: float = 0.3) -> Tensor:  # fmt: skip
     """L1 distance of compressed ERB-band magnitudes of ``est`` and ``ref`` ``(B, T)``."""
     window = torch.hann_window(n_fft, device=est.device)
-    fb = erb_filterbank(n_fft, n_bands).to(est.device)
+    fb = _erb_bank(n_fft, n_bands, est.device)
 
     def bands(x: Tensor) -> Tensor:
         mag = torch.stft(x.float(), n_fft, hop, window=window, return_complex=True).abs()

@@ -23,6 +23,7 @@ better). Data sources are strings:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -160,6 +161,7 @@ class Task:
     """Interface of a training task."""
 
     name = ""
+    static_batches = True  # every training batch has the same shapes (a recorded CUDA graph can replay the step)
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -569,6 +571,18 @@ def _unwrap(net: nn.Module) -> nn.Module:
     return net
 
 
+@functools.cache
+def _negative_classes(labels: tuple[str, ...], device: torch.device) -> Tensor:
+    """Which classes are no keyword, on ``device``: made once (a tensor made from Python data inside a training
+    step is a host-to-device copy that a CUDA graph cannot record)."""
+    return torch.tensor([c in (UNKNOWN, SILENCE) for c in labels], device=device)
+
+
+def ramp(progress: float | Tensor) -> float | Tensor:
+    """``min(1, progress)`` for a float or a device tensor (a recorded step's progress; no host read)."""
+    return progress.clamp(max=1.0) if torch.is_tensor(progress) else min(1.0, progress)
+
+
 def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_frames: int) -> tuple[Tensor, Tensor]:
     """Frame masks ``(B, F)`` of the streaming supervision (:class:`KwsData` ``frame_loss``).
 
@@ -580,7 +594,7 @@ def frame_targets(batch: dict[str, Tensor], labels: list[str], stride: int, n_fr
     """
     device = batch["audio"].device  # all on the batch's device: no host sync in a training step
     ends = (torch.arange(n_frames, device=device) + 1) * stride  # (F,) samples heard
-    negative = torch.tensor([c in (UNKNOWN, SILENCE) for c in labels], device=device)[batch["label"].to(device)]
+    negative = _negative_classes(tuple(labels), device)[batch["label"].to(device)]
     in_context = ends[None, :] <= batch["context"].to(device)[:, None]  # (B, F)
     background = in_context | negative[:, None]
     if "unsupervised" in batch:
@@ -914,7 +928,7 @@ class DenoiseTask(Task):
         est, ref = _aligned(net, out.float() / scale, batch["clean"].float() / scale)
         wave = F.smooth_l1_loss(est, ref, beta=0.5)
         spec = erb_spectral_loss(est[:, 0], ref[:, 0])
-        w = self.data.spectral_weight * min(1.0, progress)
+        w = self.data.spectral_weight * ramp(progress)
         total = self.data.wave_weight * wave + w * spec
         parts.update(wave=wave.detach(), spec=spec.detach())
         if self.data.mask_weight:
@@ -1026,6 +1040,7 @@ class CtcTask(Task):
 
     name = "asr"
     KINDS = ("sentence", "word", "sequence")
+    static_batches = False  # padded to each batch's longest utterance
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)

@@ -42,6 +42,7 @@ from edgessm.ssm.hades import auxiliary_loss
 from .allocator import keep_freed_memory
 from .config import TrainConfig, compile_mode
 from .device_mix import DeviceMixer
+from .graphed import StepGraph
 from .sampler import StepSampler
 from .tasks import Task, build_task
 
@@ -181,6 +182,23 @@ def _full_budget(k_max: int, generator: torch.Generator | None = None) -> int:
     return k_max
 
 
+def graph_refusal(cfg: TrainConfig, device: torch.device, world: int, model: nn.Module, task: Task) -> str | None:
+    """Why one recorded CUDA graph cannot be this run's training step (``train.cuda_graphs``), or ``None``."""
+    if device.type != "cuda":
+        return f"it needs a CUDA device (this run trains on {device.type})"
+    if compile_mode(cfg.train.compile):
+        return "train.compile records CUDA graphs its own way (reduce-overhead): choose one of the two"
+    if world > 1:
+        return "it records one process's step; distributed runs (torchrun) train without it"
+    if cfg.train.amp == "fp16":
+        return "fp16's loss scaling reads the gradients on the host every step: use train.amp = bf16"
+    if any(layer.budget_dropout is not None for layer in essm_layers(model)):
+        return "an ES-SSM network trains a new budget (a different network) every step"
+    if not task.static_batches:
+        return f"the {cfg.task} task's batches change shape from step to step"
+    return None
+
+
 class Trainer:
     """Train ``cfg`` into ``out_dir``.
 
@@ -236,7 +254,13 @@ class Trainer:
             total = sum(p.numel() for p in self.model.parameters())
             names = ", ".join(cfg.train.freeze)
             print(f"train.freeze {names}: {self.frozen:,} of {total:,} parameters keep their weights")
-        self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim), betas=cfg.optim.betas)
+        self.graphed = bool(cfg.train.cuda_graphs)
+        if self.graphed:
+            self._check_graphable()
+        # capturable: the optimizer's step counts and learning rates live on the device (a recorded step reads them)
+        self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim), betas=cfg.optim.betas,
+                                           capturable=self.graphed and self.device.type == "cuda")  # fmt: skip
+        self._device_lr()
         self.total_steps = cfg.train.steps  # fewer under train.time_limit_min, once the step rate is known
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
@@ -251,6 +275,8 @@ class Trainer:
         elif amp in ("bf16", "fp16") and self.device.type == "cpu":
             self.amp_dtype = torch.bfloat16
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self._finite = torch.ones((), dtype=torch.bool, device=self.device)  # all losses since the last check
+        self._progress = torch.zeros((), device=self.device)  # the schedule's progress, for a recorded step
         if self.resume_from:
             self._load(self.resume_from)
         elif init is not None:
@@ -273,6 +299,21 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
         self._stop = False
+
+    def _check_graphable(self) -> None:
+        """Refuse ``train.cuda_graphs`` where one recorded step cannot be the training step (:func:`graph_refusal`)."""
+        why = graph_refusal(self.cfg, self.device, self.world, self.model, self.task)
+        if why:
+            raise ValueError(f"train.cuda_graphs: {why}; set train.cuda_graphs = false")
+
+    def _device_lr(self) -> None:
+        """A recorded step reads each group's learning rate from a device tensor, which the schedule fills in
+        place (``train.cuda_graphs``); after a checkpoint's state is loaded too."""
+        if not (self.graphed and self.device.type == "cuda"):
+            return
+        for group in self.optimizer.param_groups:
+            if not torch.is_tensor(group["lr"]):
+                group["lr"] = torch.tensor(float(group["lr"]), device=self.device)
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -307,6 +348,7 @@ class Trainer:
             raise RuntimeError(f"{path} was trained with a different task or model config; resume with the same config")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        self._device_lr()
         self.scheduler.load_state_dict(state["scheduler"])
         self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
@@ -374,6 +416,32 @@ class Trainer:
             for repeat in range(echo):
                 yield loaded if mixer is None else mixer(loaded, generator, echo=repeat > 0)
 
+    def _train_step(self, batch: dict[str, Any]) -> dict[str, Tensor]:
+        """One update on ``batch`` (forward, loss, backward, clipping, optimizer; the schedule is the caller's):
+        ``{"loss", "grad_norm", **the task's parts}``, tensors on the device (read at log steps only: reading
+        them every step would make the host wait for the GPU). ``batch["_progress"]``: the schedule's progress,
+        a float or (recorded steps) a device tensor. Free of host syncs, so it can be one CUDA graph."""
+        progress = batch.pop("_progress")
+        with self._autocast():
+            loss, parts = self.task.loss(self.net, batch, progress)
+            aux, aux_parts = auxiliary_loss(self.model)  # e.g. the HADES blocks' balance and diversity
+            if aux is not None:
+                loss = loss + aux
+                parts = {**parts, **aux_parts}
+        self.optimizer.zero_grad(set_to_none=True)  # inside: a recorded step's gradients live in its memory pool
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.clip)
+        loss = loss.detach()
+        torch.logical_and(self._finite, torch.isfinite(loss), out=self._finite)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return {"loss": loss, "grad_norm": grad_norm, **parts}
+
+    def _graphed_step(self) -> StepGraph:
+        """:meth:`_train_step` recorded as one CUDA graph after three eager warm-up steps (``train.cuda_graphs``)."""
+        return StepGraph(self._train_step, warmup=3, capture=self.device.type == "cuda")
+
     def evaluate(self) -> dict[str, float]:
         """Validation metrics of the current weights (rank 0's view; ``score``: higher is better)."""
         self.model.eval()
@@ -410,28 +478,20 @@ class Trainer:
         t_last, items = time.perf_counter(), 0
         clock = _TimeLimit(cfg.train.time_limit_min, self.step)
         full_budget_steps = max(1, round(cfg.optim.warmup * cfg.train.steps))  # the LR warmup
-        finite: Tensor | None = None  # on the device: all losses since the last check were finite
         checked = self.step
         self.model.train()
+        step_fn = self._graphed_step() if self.graphed else self._train_step
         try:
             for batch in self._batches(self._loader(train_set, sampler), mixer, echo):
                 budget = step_budget(self.model, cfg.train.seed, self.step, full_budget_steps)
-                with self._autocast():
-                    loss, parts = self.task.loss(self.net, batch, self.step / max(1, self.total_steps))
-                    aux, aux_parts = auxiliary_loss(self.model)  # e.g. the HADES blocks' balance and diversity
-                    if aux is not None:
-                        loss = loss + aux
-                        parts = {**parts, **aux_parts}
-                self.scaler.scale(loss).backward()
-                self.scaler.unscale_(self.optimizer)
-                # tensors, not floats: reading them would make the host wait for the GPU every step (the
-                # next step's kernels could not queue behind this one's); they are read at log steps
-                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.clip)
-                finite = torch.isfinite(loss.detach()) if finite is None else finite & torch.isfinite(loss.detach())
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
+                progress = self.step / max(1, self.total_steps)
+                if self.graphed:  # per-step values enter a recorded step as device tensors
+                    self._progress.fill_(progress)
+                    progress = self._progress
+                out = step_fn({**batch, "_progress": progress})
+                loss, grad_norm = out.pop("loss"), out.pop("grad_norm")
+                parts = out
                 self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 items += cfg.train.batch_size
                 if stop_after is not None and self.step >= stop_after:
@@ -448,21 +508,22 @@ class Trainer:
                     if bar is not None:
                         bar.total = self.total_steps
                         bar.refresh()
-                loss = loss.detach()
                 last = self.step >= self.total_steps
                 every = (cfg.train.log_every, cfg.train.eval_every, cfg.train.checkpoint_every)
                 sync = last or self._stop or any(self.step % n == 0 for n in every)
                 if sync:  # the host reads the GPU only here: every loss since the last check was finite?
-                    if not bool(finite):
+                    if not bool(self._finite):
                         raise FloatingPointError(
                             f"the loss became non-finite between steps {checked + 1} and {self.step} (now "
                             f"{float(loss)}); lower optim.lr"
                         )
-                    finite, checked = None, self.step
+                    self._finite.fill_(True)
+                    checked = self.step
                 if self.step % cfg.train.log_every == 0 or last:
                     now = time.perf_counter()
-                    row = {"step": self.step, "loss": self._mean(float(loss)), "lr": self.scheduler.get_last_lr()[0],
-                           "grad_norm": float(grad_norm), "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
+                    lr = float(self.scheduler.get_last_lr()[0])
+                    row = {"step": self.step, "loss": self._mean(float(loss)), "lr": lr, "grad_norm": float(grad_norm),
+                           "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
                     row.update({k: self._mean(v) for k, v in parts.items()})
                     if budget is not None:  # the same on every process
                         row["budget"] = budget
