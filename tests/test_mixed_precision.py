@@ -24,7 +24,7 @@ def _layer(kind: str, plan: str | None) -> torch.nn.Module:
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-12))
+    return float((a.float() - b.float()).abs().max().detach() / b.float().abs().max().clamp_min(1e-12).detach())
 
 
 @pytest.mark.parametrize(("kind", "plan"), CASES)
