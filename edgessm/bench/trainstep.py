@@ -105,7 +105,8 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
 
 def _update(row: dict[str, Any], x: torch.Tensor) -> dict[str, torch.Tensor]:
     """Forward, the mean-square loss, backward and AdamW: one training step of the row's network on ``x``."""
-    with torch.autocast("cuda", dtype=row["amp"], enabled=row["amp"] is not None):
+    amp = row["amp"] is not None  # a recorded step keeps no cached casts of the weights (CUDA graphs notes)
+    with torch.autocast("cuda", dtype=row["amp"], enabled=amp, cache_enabled="graph" not in row):
         y = row["net"](x)
     loss = y.float().pow(2).mean()
     row["opt"].zero_grad(set_to_none=True)

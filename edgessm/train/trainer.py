@@ -379,7 +379,9 @@ class Trainer:
     def _autocast(self):
         if self.amp_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        # a recorded step must not keep autocast's cached casts of the weights across replays (PyTorch's CUDA
+        # graphs notes): each replay casts the updated weights again
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=not self.graphed)
 
     def _to_device(self, batch: dict[str, Any]) -> dict[str, Any]:
         return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
