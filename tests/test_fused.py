@@ -214,3 +214,21 @@ def test_fused_front_traces_into_one_graph(interpret) -> None:
     explained = torch._dynamo.explain(front)(torch.randn(2, 1, 1600))
     assert explained.graph_break_count == 0, [str(b.reason)[:200] for b in explained.break_reasons]
     assert explained.graph_count == 1
+
+
+def test_fused_front_multiplies_in_tf32_inside_a_half_precision_network(interpret, monkeypatch) -> None:
+    """Under bf16 autocast (or with bf16 activations) the float32 island of the front asks its kernel for TF32
+    products; in float32 training it does not (the interpreter multiplies in float32 either way)."""
+    from edgessm.ssm.filterbank import FilterbankFront
+    from edgessm.ssm.fused import front as fused_front
+
+    seen, real = [], fused_front.row_energy
+    monkeypatch.setattr(fused_front, "row_energy", lambda *a, tf32=False: seen.append(tf32) or real(*a, tf32=tf32))
+    front = FilterbankFront(bands=3, pool=160)
+    front.plan, front.fused = "chunked", True
+    x = torch.randn(1, 1, 320)
+    front(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        front(x)
+    assert front(x.bfloat16()).dtype == torch.bfloat16
+    assert seen == [False, True, True]

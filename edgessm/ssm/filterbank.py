@@ -93,7 +93,7 @@ class _BandEnergy(torch.autograd.Function):
 
 
 def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int, sub: int,
-                        fused: bool | None = None) -> Tensor:  # fmt: skip
+                        fused: bool | None = None, tf32: bool = False) -> Tensor:  # fmt: skip
     """:func:`band_energy` of the modal filters ``k[f, τ] = Σ_m w[f, m] Re(Ā[f, m]^τ)`` by a chunked scan.
 
     ``x (B, 1, T)``; ``wr, wi, w (F, M)`` (``Ā = exp(wr + i wi)``); ``sub`` divides ``pool``, ``pool`` divides
@@ -107,7 +107,8 @@ def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int,
       ``[x_p | Re H_p | Im H_p] (B P, sub + 2 F M) @ W (sub + 2 F M, F sub)`` (:func:`_frame_energy_of_product`),
       or, fused (``fused``: as :func:`~edgessm.ssm.kernels.modal_kernel`'s; on CUDA by default), one Triton
       kernel per band and row block that squares and sums ``y`` where it is made
-      (:func:`edgessm.ssm.fused.row_energy`): the band outputs never reach memory.
+      (:func:`edgessm.ssm.fused.row_energy`): the band outputs never reach memory. ``tf32``: its products may
+      run in TF32 (as they do anyway where ``torch.backends.cuda.matmul.allow_tf32`` is set).
 
     The same numbers as :func:`band_energy`'s FFT convolution over the whole input (no kernel truncation),
     without FFTs at the sample rate: the ``(B, F, T)`` band outputs are one matrix product, kept once for the
@@ -136,7 +137,7 @@ def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int,
         from .fused import row_energy
 
         q = row_energy(xs.reshape(b * chunks, sub), torch.cat([h.real, h.imag], -1).reshape(b * chunks, f, 2 * m),
-                       toeplitz.transpose(1, 2), torch.cat([readout_r, readout_i], 1))  # fmt: skip
+                       toeplitz.transpose(1, 2), torch.cat([readout_r, readout_i], 1), tf32=tf32)  # fmt: skip
         per_frame = pool // sub
         e = q.reshape(b, t // pool, per_frame, f).sum(2) / pool  # (B, frames, F)
         return e.transpose(1, 2)
@@ -288,22 +289,33 @@ class FilterbankFront(Streamable):
             MEASURED[key] = min(PLANS, key=lambda p: time_front(self, p, batch, length, device))
         return MEASURED[key]
 
-    def band_energies(self, x: Tensor, plan: str) -> Tensor:
-        """Mean band energies ``(B, F, T / pool)`` of ``x (B, 1, T)`` along ``plan`` ("fft" or "chunked")."""
+    def band_energies(self, x: Tensor, plan: str, tf32: bool = False) -> Tensor:
+        """Mean band energies ``(B, F, T / pool)`` of ``x (B, 1, T)`` along ``plan`` ("fft" or "chunked");
+        ``tf32``: the fused chunked kernel may multiply in TF32."""
         if plan == "chunked":
             wr, wi, w = self.ssm._weights()  # (F, 1, M): one input channel
             fused = _fused_front(x, self.fused)
             sub = chunk_samples(self.pool, fused)
-            return chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], self.pool, sub, fused=fused)
+            return chunked_band_energy(x, wr[:, 0], wi[:, 0], w[:, 0], self.pool, sub, fused=fused, tf32=tf32)
         # the resonators die out within a few thousand samples: short kernels, shorter FFTs (live_length)
         k = self.ssm.kernel(self.ssm.modes.live_length(int(x.shape[-1])))  # (F, 1, Lk)
         return band_energy(x, k[:, 0], self.pool)
 
-    @float32_island
     def forward(self, x: Tensor) -> Tensor:
+        # in a half-precision network (bf16 autocast, or half activations) the fused chunked front's 32-term
+        # products may run in TF32 (~1e-3 relative, below bf16's 4e-3 in the blocks after it); the front itself
+        # is a float32 island, where autocast is off
+        device = x.device.type
+        low = x.dtype in (torch.float16, torch.bfloat16) or (
+            device in ("cpu", "cuda") and torch.is_autocast_enabled(device)
+        )
+        return self._forward(x, low)
+
+    @float32_island
+    def _forward(self, x: Tensor, low: bool) -> Tensor:
         _check_length(self, x)
         plan = self.choose_plan(int(x.shape[0]), int(x.shape[-1]), x.device)
-        return self._compress(self.band_energies(x, plan))
+        return self._compress(self.band_energies(x, plan, tf32=low))
 
     def state_shapes(self) -> list[tuple[str, tuple[int, ...]]]:
         return [(f"ssm.{n}", s) for n, s in self.ssm.state_shapes()]

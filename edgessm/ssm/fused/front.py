@@ -109,35 +109,36 @@ def _bwd_weights(
     tl.store(dwh_ptr + out * K * S + ks[:, None] * S + ss[None, :], dwh, mask=(ks < K)[:, None] & smask[None, :])
 
 
-def _blocks(s: int, k: int) -> dict[str, object]:
-    return {"BLOCK_R": BLOCK_R, "BLOCK_S": block(s), "BLOCK_K": block(k, 1), "PRECISION": _precision()}
+def _blocks(s: int, k: int, tf32: bool) -> dict[str, object]:
+    precision = "tf32" if tf32 else _precision()  # _precision: TF32 where torch allows it for matrix products
+    return {"BLOCK_R": BLOCK_R, "BLOCK_S": block(s), "BLOCK_K": block(k, 1), "PRECISION": precision}
 
 
 # The kernels as PyTorch operators (torch.library): opaque to torch.compile (no graph break, nothing traced into),
 # shapes known on the meta device (`edgessm.bench roofline` traces the fused front there), a backward of their own.
 @torch.library.custom_op("edgessm::front_row_energy", mutates_args=())
-def _row_energy_op(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor) -> Tensor:
+def _row_energy_op(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, tf32: bool) -> Tensor:
     r, s = x.shape
     f, k = int(h.shape[1]), int(h.shape[2])
     q = torch.empty(r, f, device=x.device, dtype=torch.float32)
     if r and f:
-        kernel(_fwd)[(cdiv(r, BLOCK_R), f)](x, h, wx, wh, q, r, s, f, bound(k), **_blocks(s, k))
+        kernel(_fwd)[(cdiv(r, BLOCK_R), f)](x, h, wx, wh, q, r, s, f, bound(k), **_blocks(s, k, tf32))
         CALLS["front_energy_fwd"] += 1
     return q
 
 
 @_row_energy_op.register_fake
-def _(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor) -> Tensor:
+def _(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, tf32: bool) -> Tensor:
     return x.new_empty(x.shape[0], h.shape[1])
 
 
 @torch.library.custom_op("edgessm::front_row_energy_backward", mutates_args=())
 def _row_energy_backward_op(
-    x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, gq: Tensor
+    x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, gq: Tensor, tf32: bool
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     r, s = x.shape
     f, k = int(h.shape[1]), int(h.shape[2])
-    blocks = _blocks(s, k)
+    blocks = _blocks(s, k, tf32)
     dx, dh = torch.zeros_like(x), torch.zeros_like(h)
     splits = max(1, min(SPLITS, cdiv(r, BLOCK_R)))
     dwx = torch.zeros(splits, f, s, s, device=x.device, dtype=torch.float32)
@@ -153,16 +154,17 @@ def _row_energy_backward_op(
 
 
 @_row_energy_backward_op.register_fake
-def _(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, gq: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, gq: Tensor, tf32: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return torch.empty_like(x), torch.empty_like(h), torch.empty_like(wx), torch.empty_like(wh)
 
 
-def _save_inputs(ctx, inputs: tuple[Tensor, ...], output: Tensor) -> None:
-    ctx.save_for_backward(*inputs)
+def _save_inputs(ctx, inputs: tuple, output: Tensor) -> None:
+    ctx.save_for_backward(*inputs[:4])
+    ctx.tf32 = inputs[4]
 
 
-def _row_energy_backward(ctx, gq: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _row_energy_backward_op(*ctx.saved_tensors, gq.float().contiguous())
+def _row_energy_backward(ctx, gq: Tensor) -> tuple[Tensor | None, ...]:
+    return (*_row_energy_backward_op(*ctx.saved_tensors, gq.float().contiguous(), ctx.tf32), None)
 
 
 _row_energy_op.register_autograd(_row_energy_backward, setup_context=_save_inputs)
@@ -175,7 +177,7 @@ def tile_flops(rows: int, bands: int, sub: int, k: int) -> float:
     return 2.0 * rows * bands * block(sub) * (block(sub) + k)
 
 
-def row_energy(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor) -> Tensor:
+def row_energy(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor, tf32: bool = False) -> Tensor:
     """Fused ``q[r, f] = Σ_t (x[r] @ wx[f] + h[r, f] @ wh[f])[t]²``; differentiable in every argument.
 
     Args:
@@ -183,6 +185,8 @@ def row_energy(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor) -> Tensor:
         h: ``(R, F, K)`` float32, each band's state at the row's start (real parts, then imaginary).
         wx: ``(F, S, S)`` float32, ``wx[f, s, t]``: input sample ``s``'s weight in output sample ``t``.
         wh: ``(F, K, S)`` float32, the state's read-out.
+        tf32: multiply in TF32 (~1e-3 relative; the front under bf16 autocast asks for it), not only where
+            ``torch.backends.cuda.matmul.allow_tf32`` allows it.
 
     Returns:
         ``(R, F)`` float32.
@@ -192,7 +196,7 @@ def row_energy(x: Tensor, h: Tensor, wx: Tensor, wh: Tensor) -> Tensor:
     if h.shape[0] != r or wx.shape != (f, s, s) or wh.shape != (f, k, s):
         raise ValueError(f"row_energy: x (R, S), h (R, F, K), wx (F, S, S), wh (F, K, S); got {tuple(x.shape)}, "
                          f"{tuple(h.shape)}, {tuple(wx.shape)}, {tuple(wh.shape)}")  # fmt: skip
-    return _row_energy_op(*(t.float().contiguous() for t in (x, h, wx, wh)))
+    return _row_energy_op(*(t.float().contiguous() for t in (x, h, wx, wh)), bool(tf32))
 
 
 __all__ = ["BLOCK_R", "SPLITS", "row_energy", "tile_flops"]
