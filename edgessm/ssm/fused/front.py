@@ -18,9 +18,9 @@ with ``dL/dy_f = 2 dL/dq[r, f] · y_f``:
     dWx[f]        = Σ_r x[r, :]ᵀ dL/dy_f[r, :]      one program per (band, row split); the splits' partial
     dWh[f]        = Σ_r h[r, f, :]ᵀ dL/dy_f[r, :]   sums are added afterwards in a fixed order (deterministic)
 
-Products run in float32 (``tl.dot`` in IEEE precision: no TF32 unless torch allows it for matmuls). ``S`` is
-best a power of two of at least 16 (the fused plan picks such a chunk: 32 for 10 ms frames); other sizes are
-padded with masked zeros.
+Products run in float32 (``tl.dot`` in IEEE precision), in TF32 where the caller asks (``tf32``: the front
+inside a half-precision network) or torch allows it for matrix products. ``S`` is best a power of two of at
+least 16 (the fused plan picks such a chunk: 32 for 10 ms frames); other sizes are padded with masked zeros.
 """
 
 from __future__ import annotations
@@ -139,10 +139,11 @@ def _row_energy_backward_op(
     r, s = x.shape
     f, k = int(h.shape[1]), int(h.shape[2])
     blocks = _blocks(s, k, tf32)
-    dx, dh = torch.zeros_like(x), torch.zeros_like(h)
     splits = max(1, min(SPLITS, cdiv(r, BLOCK_R)))
-    dwx = torch.zeros(splits, f, s, s, device=x.device, dtype=torch.float32)
-    dwh = torch.zeros(splits, f, k, s, device=x.device, dtype=torch.float32)
+    new = torch.empty if r and f else torch.zeros  # the kernels write every element
+    dx, dh = new(x.shape, device=x.device), new(h.shape, device=x.device)
+    dwx = new(splits, f, s, s, device=x.device, dtype=torch.float32)
+    dwh = new(splits, f, k, s, device=x.device, dtype=torch.float32)
     if r and f:
         kernel(_bwd_rows)[(cdiv(r, BLOCK_R),)](x, h, wx, wh, gq, dx, dh, r, s, bound(f), bound(k), **blocks)
         per_split = cdiv(cdiv(r, BLOCK_R), splits)
