@@ -132,7 +132,9 @@ def _log(run: Path) -> list[tuple[float, float]]:
         return [(float(r["loss"]), float(r["grad_norm"])) for r in csv.DictReader(f) if r.get("loss")]
 
 
-def test_a_run_through_the_replay_plumbing_equals_the_eager_run(sc_folder: Path, tmp_path: Path, monkeypatch) -> None:
+def test_a_run_through_the_replay_plumbing_equals_the_eager_run(
+    sc_folder: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
     """On CPU the recorded step runs eagerly on its static buffers (capture=False): the same losses, gradient
     norms and weights as the plain loop, step for step (warm-up, recording and replays all train)."""
     eager = Trainer(_kws(sc_folder), tmp_path / "eager", device="cpu", progress=False)
@@ -141,6 +143,7 @@ def test_a_run_through_the_replay_plumbing_equals_the_eager_run(sc_folder: Path,
     graphed = Trainer(_kws(sc_folder, cuda_graphs=True), tmp_path / "graphed", device="cpu", progress=False)
     assert graphed.graphed
     graphed.fit()
+    assert "train.cuda_graphs: the step is recorded as its replay buffers" in capsys.readouterr().out
     assert _log(tmp_path / "graphed") == _log(tmp_path / "eager") and len(_log(tmp_path / "eager")) == 8
     for a, b in zip(graphed.model.state_dict().values(), eager.model.state_dict().values(), strict=True):
         assert torch.equal(a, b)

@@ -491,6 +491,10 @@ class Trainer:
                     self._progress.fill_(progress)
                     progress = self._progress
                 out = step_fn({**batch, "_progress": progress})
+                if self.graphed and step_fn.calls == step_fn.warmup + 1 and self.rank == 0:
+                    where = "a CUDA graph" if step_fn.capture else "its replay buffers (no CUDA: not captured)"
+                    print(f"\ntrain.cuda_graphs: the step is recorded as {where} after {step_fn.warmup} warm-up "
+                          "steps; every later step replays it", flush=True)  # fmt: skip
                 loss, grad_norm = out.pop("loss"), out.pop("grad_norm")
                 parts = out
                 self.scheduler.step()
