@@ -7,12 +7,12 @@ guard), and the refusals. With CUDA (a lent GPU): the recorded run against the e
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
 import torch
 from fixtures import clean_and_noise_folders, speech_commands_folder
+from test_train import TINY_KWS, _losses, kws_config
 
 from edgessm.train import trainer as trainer_module
 from edgessm.train.config import TrainConfig
@@ -20,21 +20,12 @@ from edgessm.train.graphed import HostSyncGuard, StepGraph
 from edgessm.train.tasks import build_task
 from edgessm.train.trainer import Trainer, graph_refusal
 
-TINY = {"channels": [4, 8], "states": [4, 8], "kinds": ["full", "pointwise"], "pools": [4, 4], "dropout": 0.0}
-
 
 def _kws(folder: Path, steps: int = 8, **train) -> TrainConfig:
-    return TrainConfig.from_dict(
-        {
-            "task": "kws",
-            "model": TINY,
-            "data": {"words": "sc10", "sources": [f"speech_commands:{folder}"], "clip_samples": 8192,
-                     "noise": [f"noise:{folder / '_background_noise_'}"], "context_samples": 2000, "frame_loss": 1.0},
-            "optim": {"lr": 0.01, "warmup": 0.1},
-            "train": {"steps": steps, "batch_size": 4, "eval_every": steps, "checkpoint_every": steps,
-                      "log_every": 1, "workers": 0, **train},
-        }
-    )  # fmt: skip
+    """test_train's tiny kws run with frame supervision (the frame targets are what a recording must hold)."""
+    cfg = kws_config(folder, steps=steps, **train)
+    cfg.data = {**cfg.data, "context_samples": 2000, "frame_loss": 1.0}
+    return cfg
 
 
 def _denoise(tmp: Path) -> TrainConfig:
@@ -128,8 +119,7 @@ def test_the_guard_finds_host_reads_and_tensors_from_python_data() -> None:
 
 
 def _log(run: Path) -> list[tuple[float, float]]:
-    with open(run / "log.csv") as f:
-        return [(float(r["loss"]), float(r["grad_norm"])) for r in csv.DictReader(f) if r.get("loss")]
+    return list(zip(_losses(run), _losses(run, "grad_norm"), strict=True))
 
 
 def test_a_run_through_the_replay_plumbing_equals_the_eager_run(
@@ -160,7 +150,7 @@ def test_refusals_say_why_in_one_line(sc_folder: Path, tmp_path: Path) -> None:
     assert "choose one" in graph_refusal(_kws(sc_folder, compile="reduce-overhead"), cuda, 1, net, task)
     assert "torchrun" in graph_refusal(cfg, cuda, 2, net, task)
     assert "bf16" in graph_refusal(_kws(sc_folder, amp="fp16"), cuda, 1, net, task)
-    es_model = {**TINY, "kinds": ["essm", "essm"], "essm_budget_dropout": True}
+    es_model = {**TINY_KWS, "kinds": ["essm", "essm"], "essm_budget_dropout": True}
     es_cfg = TrainConfig.from_dict({**cfg.to_dict(), "model": es_model})
     es_task = build_task(es_cfg)
     assert "budget" in graph_refusal(es_cfg, cuda, 1, es_task.build_model(), es_task)

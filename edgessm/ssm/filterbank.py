@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .blocks import FullSSM
 from .discretize import powers
 from .fftconv import causal_conv, fft_size, median_seconds
-from .precision import float32_island
+from .precision import float32_island, half_precision
 from .resample import _check_length
 from .stream import Counts, State, Streamable, causal_toeplitz
 
@@ -158,7 +158,6 @@ def _fused_front(x: Tensor, fused: bool | None) -> bool:
 
     if fused and x.device.type == "meta":
         return True
-
     return kernels.wants_fused(x, fused) and kernels.use_fused(x, fused)  # imports Triton only past the first test
 
 
@@ -304,12 +303,8 @@ class FilterbankFront(Streamable):
     def forward(self, x: Tensor) -> Tensor:
         # in a half-precision network (bf16 autocast, or half activations) the fused chunked front's 32-term
         # products may run in TF32 (~1e-3 relative, below bf16's 4e-3 in the blocks after it); the front itself
-        # is a float32 island, where autocast is off
-        device = x.device.type
-        low = x.dtype in (torch.float16, torch.bfloat16) or (
-            device in ("cpu", "cuda") and torch.is_autocast_enabled(device)
-        )
-        return self._forward(x, low)
+        # is a float32 island, where autocast is off: asked here, before it
+        return self._forward(x, half_precision(x))
 
     @float32_island
     def _forward(self, x: Tensor, low: bool) -> Tensor:

@@ -26,6 +26,17 @@ def _up(x: object) -> object:
     return x.float() if isinstance(x, Tensor) and x.dtype in LOW else x
 
 
+def autocast_devices(tensors: list[Tensor]) -> list[str]:
+    """The device types among ``tensors`` (and the CPU) where autocast is on now."""
+    devices = {t.device.type for t in tensors} | {"cpu"}
+    return [d for d in devices if d in ("cpu", "cuda") and torch.is_autocast_enabled(d)]
+
+
+def half_precision(x: Tensor) -> bool:
+    """Whether ``x`` is met inside a half-precision network: itself float16/bfloat16, or under autocast."""
+    return x.dtype in LOW or bool(autocast_devices([x]))
+
+
 def float32_island(fn: F) -> F:
     """Decorate a ``forward(self, u, ...)``: run it in float32 with autocast off; the output takes the
     dtype of the first half-precision tensor argument (unchanged when there is none)."""
@@ -34,8 +45,7 @@ def float32_island(fn: F) -> F:
     def wrapper(*args, **kwargs):
         tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
         low = next((t.dtype for t in tensors if t.dtype in LOW), None)
-        devices = {t.device.type for t in tensors} | {"cpu"}
-        active = [d for d in devices if d in ("cpu", "cuda") and torch.is_autocast_enabled(d)]
+        active = autocast_devices(tensors)
         if low is None and not active:
             return fn(*args, **kwargs)
         with _autocast_off(active):

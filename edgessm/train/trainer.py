@@ -258,8 +258,9 @@ class Trainer:
         if self.graphed:
             self._check_graphable()
         # capturable: the optimizer's step counts and learning rates live on the device (a recorded step reads them)
+        self.capturable = self.graphed and self.device.type == "cuda"
         self.optimizer = torch.optim.AdamW(param_groups(self.model, cfg.optim), betas=cfg.optim.betas,
-                                           capturable=self.graphed and self.device.type == "cuda")  # fmt: skip
+                                           capturable=self.capturable)  # fmt: skip
         self._device_lr()
         self.total_steps = cfg.train.steps  # fewer under train.time_limit_min, once the step rate is known
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -309,7 +310,7 @@ class Trainer:
     def _device_lr(self) -> None:
         """A recorded step reads each group's learning rate from a device tensor, which the schedule fills in
         place (``train.cuda_graphs``); after a checkpoint's state is loaded too."""
-        if not (self.graphed and self.device.type == "cuda"):
+        if not self.capturable:
             return
         for group in self.optimizer.param_groups:
             if not torch.is_tensor(group["lr"]):
@@ -442,7 +443,7 @@ class Trainer:
 
     def _graphed_step(self) -> StepGraph:
         """:meth:`_train_step` recorded as one CUDA graph after three eager warm-up steps (``train.cuda_graphs``)."""
-        return StepGraph(self._train_step, warmup=3, capture=self.device.type == "cuda")
+        return StepGraph(self._train_step, warmup=3, capture=self.capturable)
 
     def evaluate(self) -> dict[str, float]:
         """Validation metrics of the current weights (rank 0's view; ``score``: higher is better)."""
