@@ -256,6 +256,30 @@ def test_calibration_speech_is_real_speakers_held_out_of_training(monkeypatch) -
     assert all(c.text in ("the seal is sleeping", "a quiet harbour") for c in chosen)
 
 
+def test_speech_pool_says_how_little_distinct_speech_a_background_loops(monkeypatch, tmp_path) -> None:
+    """A false-accept rate on an hour of speech built from minutes of recordings counts few distinct moments:
+    the pool's distinct minutes, speakers and sources, and how often the background hears each recording."""
+    import soundfile as sf
+
+    from edgessm.data.manifest import Clip
+    from edgessm.eval import backgrounds
+
+    clips = []
+    for i, (seconds, speaker, source) in enumerate([(12, "a", "real_read_speech"), (6, "b", "real_read_speech"),
+                                                     (6, "a", "real_sentences_pseudolabeled")]):  # fmt: skip
+        path = tmp_path / f"{i}.wav"
+        sf.write(path, np.zeros(16000 * seconds, np.float32), 16000)
+        clips.append(Clip(str(path), speaker=speaker, source=source))
+    monkeypatch.setattr(backgrounds, "_sentences", lambda source, words: clips)
+    pool = backgrounds.speech_pool("validation")
+    assert pool["clips"] == 3 and pool["speakers"] == 3  # speaker ids are per source
+    assert pool["minutes"] == pytest.approx(0.4)
+    assert pool["minutes_by_source"] == pytest.approx({"real_read_speech": 0.3, "real_sentences_pseudolabeled": 0.1})
+    line = backgrounds.describe_pool(pool, 0.1)
+    assert line == ("keyword-free speech: 0.4 min of 3 speakers (real_read_speech 0.3, real_sentences_pseudolabeled "
+                    "0.1 min), each recording heard ~15.0 times in 0.1 h")  # fmt: skip
+
+
 def test_sc_validation_set_holds_only_speakers_no_recipe_trains_on() -> None:
     from fixtures import skip_without_shared
 
@@ -288,6 +312,8 @@ def test_calibrate_writes_per_keyword_thresholds_a_det_table_and_plot(monkeypatc
     session = kws.StreamSet("validation-session", audio, places)
     monkeypatch.setattr(calibrate, "validation_streams", lambda words, seed: [session])
     monkeypatch.setattr(calibrate, "validation_free", lambda hours, seed: [kws.StreamSet("noise", free, [])])
+    pool = {"clips": 3, "speakers": 2, "minutes": 1.5, "minutes_by_source": {"real_read_speech": 1.5}}
+    monkeypatch.setattr(calibrate, "validation_speech_pool", lambda: pool)
     args = SimpleNamespace(thresholds="0.5,0.9", seed=0, smooth=4, refractory=1.0, max_fa=1.0, calibration_hours=0.01,
                            contrast=None, speech_after=None, hold=None, out=str(tmp_path / "cal"))  # fmt: skip
     assert _calibrate(EnergyModel(), args, lambda it, _: it) == 0
@@ -297,7 +323,9 @@ def test_calibrate_writes_per_keyword_thresholds_a_det_table_and_plot(monkeypatc
     assert row["detection_rate"] == 1.0 and row["false_accepts"] == 0
     loose = next(r for r in report["calibrated"] if r["budget"] == 64.0)  # 1 FA in 36 s = 100/h: over budget
     assert loose["false_accepts"] == 0
-    assert "per-keyword, budget 1 FA/h" in (tmp_path / "cal" / "calibration.md").read_text()
+    md = (tmp_path / "cal" / "calibration.md").read_text()
+    assert "per-keyword, budget 1 FA/h" in md
+    assert "keyword-free speech: 1.5 min of 2 speakers (real_read_speech 1.5 min)" in md  # what the rates rest on
     assert (tmp_path / "cal" / "det-validation.png").stat().st_size > 1000
 
 

@@ -18,6 +18,7 @@ import argparse
 import numpy as np
 from kws_decision_study import _rate
 
+from edgessm.eval.backgrounds import describe_pool, speech_pool
 from edgessm.eval.calibrate import real_validation_words, validation_free, validation_keywords, validation_streams
 from edgessm.eval.kws import stream_logits, stream_metrics
 from edgessm.runtime.kws import DecisionConfig
@@ -70,6 +71,8 @@ def main() -> None:
     assert reference is not None
     real = real_validation_words()
     speech_hours = sum(len(s.audio) for s in free if s.kind == "speech") / reference.info.sample_rate / 3600
+    pool = describe_pool(speech_pool("validation"), speech_hours)
+    print(f"{pool}; a false-accept rate on it counts few distinct moments", flush=True)
     thresholds = [float(t) for t in args.thresholds.split(",")]
     for combo in args.combos.split(","):
         logits = {id(s): x for s, x in zip(every, combine(combo, logp), strict=True)}

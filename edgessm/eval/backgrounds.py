@@ -98,6 +98,26 @@ def _sentences(source: str, words: Iterable[str]) -> list:
     return clips
 
 
+def speech_pool(source: str = "real", words: Iterable[str] = SC35_WORDS) -> dict:
+    """What :func:`speech` draws from for ``source``: ``{"clips", "speakers", "minutes", "minutes_by_source"}``
+    (distinct recordings). An hour of background built from a few minutes hears each recording many times, so
+    its false accepts are a few distinct moments repeated: say so beside any false-accept rate measured on it."""
+    clips = _sentences(source, words)
+    by_source: dict[str, float] = {}
+    for c in clips:
+        by_source[c.source] = by_source.get(c.source, 0.0) + len(load_audio(c.path)[0]) / SAMPLE_RATE / 60
+    return {"clips": len(clips), "speakers": len({(c.source, c.speaker) for c in clips}),
+            "minutes": sum(by_source.values()), "minutes_by_source": by_source}  # fmt: skip
+
+
+def describe_pool(pool: dict, hours: float) -> str:
+    """One sentence on a :func:`speech_pool` that fills ``hours`` of speech background."""
+    parts = ", ".join(f"{name} {m:.1f}" for name, m in sorted(pool["minutes_by_source"].items(), key=lambda kv: -kv[1]))
+    loops = hours * 60 / max(pool["minutes"], 1e-9)
+    return (f"keyword-free speech: {pool['minutes']:.1f} min of {pool['speakers']} speakers ({parts} min), each "
+            f"recording heard ~{loops:.1f} times in {hours:.2g} h")  # fmt: skip
+
+
 def speech(seconds: float, rng: np.random.Generator, words: Iterable[str] = SC35_WORDS,
            source: str = "real") -> np.ndarray:  # fmt: skip
     """Keyword-free speech at -35..-20 dBFS per utterance, 0.2-1.5 s pauses between.

@@ -156,6 +156,15 @@ def validation_free(hours: float, seed: int = 0) -> list[StreamSet]:
     return [StreamSet(k, backgrounds.background(k, share, rng, "validation"), []) for k in backgrounds.KINDS]
 
 
+def validation_speech_pool() -> dict | None:
+    """The distinct recordings the validation speech background loops (:func:`backgrounds.speech_pool`), or
+    ``None`` without the shared data."""
+    try:
+        return backgrounds.speech_pool("validation")
+    except (FileNotFoundError, ValueError):  # CorpusError is a ValueError
+        return None
+
+
 # --- calibration -----------------------------------------------------------------------------------
 
 

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     from edgessm.runtime.registry import check_budget, resolve_graph
     from edgessm.runtime.session import StepModel
 
-    from . import kws
+    from . import backgrounds, kws
     from .report import kws_markdown, kws_plots
 
     progress = _progress(not args.no_progress and sys.stderr.isatty())
@@ -199,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
         free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 1)
         report["streams"] = kws.stream_metrics(model, streams, free, thresholds, cfg, progress, calibrated)
         report["streams"]["music"] = music_source("test")
+        report["streams"]["speech_pool"] = backgrounds.speech_pool("real")
         # a user's session: real speakers, short pauses, a quiet room (hit rate; no keyword-free audio)
         report["sessions"] = kws.stream_metrics(model, kws.session_streams(seed=args.seed), [], thresholds, cfg,
                                                 progress, calibrated)  # fmt: skip
@@ -471,7 +472,7 @@ def _calibrate(model, args: argparse.Namespace, progress) -> int:
     report = {"validation_keywords": len(words), "keyword_free_hours": cal["keyword_free_hours"],
               "max_fa_per_hour": args.max_fa, "chosen": cal["budgets"][args.max_fa], "calibrated": checked,
               "single": single["sweep"], "allocation": cal, "contrast_db": gate,
-              "speech_after": base.speech_after}  # fmt: skip
+              "speech_after": base.speech_after, "speech_pool": calibrate.validation_speech_pool()}  # fmt: skip
     md = calibration_markdown(report)
     if gate is not None:
         md += f"\nDecisions with the contrast gate at {gate:g} dB (the allocation above does not model it).\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgessm.data.labels import SC12_LABELS, SC35_WORDS
+from edgessm.eval.backgrounds import KINDS, describe_pool
 
 SET_NAMES = {
     "sc-test": "Speech Commands v0.02 test (real, 118 unseen speakers)",
@@ -68,6 +69,7 @@ def kws_markdown(report: dict) -> str:
             f"backgrounds; false accepts on "
             f"{hours:.2f} h of keyword-free audio"
             + (f"; {streams['music']} music" if streams.get("music") else "")
+            + (f"; {describe_pool(streams['speech_pool'], hours / len(KINDS))}" if streams.get("speech_pool") else "")
             + "):",
             "",
             "| threshold | detected | speech | music | noise | median time error | FA / hour | FA speech/music/noise |",
@@ -195,10 +197,13 @@ def calibration_markdown(report: dict) -> str:
     """Validation DET table of ``edgessm eval --calibrate``: per-keyword thresholds at each false-accept
     budget beside single global thresholds, and the chosen thresholds."""
     kinds = ("validation-session", "validation-speech", "validation-music", "validation-noise")
+    pool = ""
+    if report.get("speech_pool"):
+        pool = f" (its {describe_pool(report['speech_pool'], report['keyword_free_hours'] / len(KINDS))})"
     lines = [
         f"Validation streams: {report['validation_keywords']} keywords (real validation speakers; synthetic "
         f"validation voices for words without enough of them), false accepts on {report['keyword_free_hours']:.1f} h "
-        "of keyword-free validation audio. No test data.",
+        f"of keyword-free validation audio{pool}. No test data.",
         "",
         "| decision | detected | session | speech | music | noise | FA / hour |",
         "|---|---:|---:|---:|---:|---:|---:|",
