@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +174,8 @@ def compute_features(store, indices: Sequence[int], n_store: int, encode: Encode
     frames = None
     order = sorted(indices, key=store.length)  # similar lengths per batch: little padding
     total = sum(store.length(i) for i in indices) / 16000 / 3600
-    bar = tqdm(total=len(order), desc=f"teacher frames ({total:.1f} h)", unit="utt", disable=not progress)
+    shown = progress and sys.stderr.isatty()  # as AudioStore: no bars in a log file
+    bar = tqdm(total=len(order), desc=f"teacher frames ({total:.1f} h)", unit="utt", disable=not shown)
     s1 = s2 = np.zeros(0)
     n_stat = 0
     for b in range(0, len(order), batch):
