@@ -33,7 +33,7 @@ import argparse
 
 from edgessm.eval.backgrounds import describe_pool, speech_pool
 from edgessm.eval.calibrate import real_validation_words, validation_free, validation_keywords, validation_streams
-from edgessm.eval.kws import stream_logits, stream_metrics
+from edgessm.eval.kws import StreamSet, stream_logits, stream_metrics
 from edgessm.runtime import kws
 from edgessm.runtime.kws import DecisionConfig
 from edgessm.runtime.registry import resolve_graph
@@ -46,6 +46,29 @@ def _rate(per_word: dict, words: set[str]) -> float:
     pairs = {w: (v["hits"], v["keywords"]) if isinstance(v, dict) else tuple(v) for w, v in per_word.items()}
     counts = [pairs[w] for w in words if w in pairs]
     return sum(h for h, _ in counts) / max(1, sum(n for _, n in counts))
+
+
+def validation_data(sample_rate: int) -> tuple[list[StreamSet], list[StreamSet], set[str], float]:
+    """The study's keyword streams, its keyword-free audio (1 h, seed 0, + 2 h, seed 1), the words whose keywords
+    are all real speakers, and the hours of keyword-free speech (printing how few distinct recordings it holds)."""
+    streams = validation_streams(validation_keywords(), seed=0)
+    free = validation_free(1.0, 0) + validation_free(2.0, 1)
+    hours = sum(len(s.audio) for s in free if s.kind == "speech") / sample_rate / 3600
+    print(f"{describe_pool(speech_pool('validation'), hours)}; a false-accept rate on it counts few distinct moments",
+          flush=True)  # fmt: skip
+    return streams, free, real_validation_words(), hours
+
+
+def row_summary(row: dict, real: set[str], speech_hours: float) -> tuple[str, float]:
+    """A sweep row's rates as one line (per background, all keywords, wrong words, real speakers only, false
+    accepts), and its false accepts per hour on speech."""
+    rates = ", ".join(f"{k.removeprefix('validation-')} {v['detection_rate']:.1%}"
+                      for k, v in row["by_background"].items())  # fmt: skip
+    speech_fa = row["false_accepts_by_background"].get("speech", 0) / speech_hours
+    session = _rate(row["by_background"]["validation-session"]["per_word"], real)
+    return (f"{rates}; all {row['detection_rate']:.1%}, wrong word {row['wrong_word_rate']:.1%}; real speakers only: "
+            f"session {session:.1%}, all {_rate(row['per_word'], real):.1%}; FA/h on speech {speech_fa:.0f}, on all "
+            f"{row['false_accepts_per_hour']:.1f}"), speech_fa  # fmt: skip
 
 
 def main() -> None:
@@ -62,29 +85,18 @@ def main() -> None:
     if args.after_span:
         kws.AFTER_S = tuple(float(x) for x in args.after_span.split(","))
     model = StepModel(resolve_graph(args.model))
-    real = real_validation_words()
-    streams = validation_streams(validation_keywords(), seed=0)
-    free = validation_free(1.0, 0) + validation_free(2.0, 1)
+    streams, free, real, speech_hours = validation_data(model.info.sample_rate)
     logits = stream_logits(model, streams + free)
     thresholds = [float(t) for t in args.thresholds.split(",")]
-    speech_hours = sum(len(s.audio) for s in free if s.kind == "speech") / model.info.sample_rate / 3600
-    pool = describe_pool(speech_pool("validation"), speech_hours)
-    print(f"{pool}; a false-accept rate on it counts few distinct moments", flush=True)
     admissible = []  # (detection rate, description) of the rows within the rule's bounds
     for gate in (float(g) for g in args.gates.split(",")):
         for after, hold in ((float(u), float(h)) for u in args.after.split(",") for h in args.hold.split(",")):
             cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None, hold_s=hold)
             sweep = stream_metrics(model, streams, free, thresholds, cfg, logits=logits)["sweep"]
             for row in sweep:
-                rates = ", ".join(f"{k.removeprefix('validation-')} {v['detection_rate']:.1%}"
-                                  for k, v in row["by_background"].items())  # fmt: skip
-                speech_fa = row["false_accepts_by_background"].get("speech", 0) / speech_hours
-                fa = row["false_accepts_per_hour"]
                 name = f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}, hold {hold:g} s"
-                real_session = _rate(row["by_background"]["validation-session"]["per_word"], real)
-                print(f"{name}: {rates}; all {row['detection_rate']:.1%}, wrong word {row['wrong_word_rate']:.1%}; "
-                      f"real speakers only: session {real_session:.1%}, all {_rate(row['per_word'], real):.1%}; "
-                      f"FA/h on speech {speech_fa:.0f}, on all {fa:.1f}", flush=True)  # fmt: skip
+                line, speech_fa = row_summary(row, real, speech_hours)
+                print(f"{name}: {line}", flush=True)
                 if (args.max_speech_fa is None or speech_fa <= args.max_speech_fa) and (
                         args.max_wrong is None or row["wrong_word_rate"] <= args.max_wrong):  # fmt: skip
                     admissible.append((_rate(row["per_word"], real), name))
