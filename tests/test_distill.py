@@ -99,6 +99,29 @@ def test_targets_follow_each_placed_utterance_and_mask_pauses(tmp_path) -> None:
     np.testing.assert_allclose((t[25:37] * tf.std + tf.mean)[:, 1], j, atol=0.05)
 
 
+def test_targets_follow_an_utterance_played_faster(tmp_path) -> None:
+    """Speed perturbation (``Placement.played_faster``): example frame ``f`` takes the teacher frame of the
+    stored time it now plays, ``factor`` times further along, and the part's span shrinks with it."""
+    tf = _features(tmp_path)
+    p = Placement(0, 0, 0, 16000).played_faster(1.25)  # 1 s of clip 0 in 0.8 s
+    assert (p.out_start, p.n, p.rate) == (0, 12800, 1.25)
+    t, m = teacher_targets([p], 50, tf)
+    assert m[:40].all() and not m[40:].any()
+    j = np.floor((np.arange(40) * HOP + HOP // 2) * 1.25 / HOP)
+    np.testing.assert_allclose((t[:40] * tf.std + tf.mean)[:, 1], j, atol=0.05)
+    # a part of a sequence, slowed down: its start moves later and it covers more frames
+    q = Placement(2, 3200, 1600, 3200).played_faster(0.8)
+    assert (q.out_start, q.n, q.rate) == (4000, 4000, 0.8)
+    t, m = teacher_targets([q], 50, tf)
+    on = np.flatnonzero(m)
+    assert on[0] == 12 and on[-1] == 24  # centres 4000 <= 320 f + 160 < 8000
+    j = np.floor(((on * HOP + HOP // 2 - 4000) * 0.8 + 1600) / HOP)
+    np.testing.assert_allclose((t[on] * tf.std + tf.mean)[:, 1], j, atol=0.05)
+    # twice: the rates multiply; at factor 1 nothing moves
+    assert Placement(0, 0, 0, 16000).played_faster(2.0).played_faster(0.5) == Placement(0, 0, 0, 16000)
+    assert Placement(1, 320, 0, 640).played_faster(1.0) == Placement(1, 320, 0, 640)
+
+
 def test_the_loss_scores_frame_f_against_the_teacher_frame_lag_back_where_masked_in() -> None:
     torch.manual_seed(0)
     target = torch.randn(2, 20, 8)
@@ -209,3 +232,19 @@ def test_a_recipe_with_distillation_trains_on_ctc_plus_teacher_frames(tmp_path, 
     assert json.loads((tmp_path / "run" / "model.json").read_text())["config"]["distill_dim"] == 384
     with pytest.raises(ValueError, match="distill_lag_s"):
         build_task(TrainConfig.from_dict({**cfg.to_dict(), "data": {**cfg.data, "distill_lag_s": 0.03}}))
+
+    # speed perturbation ([augment] speed_prob): the example is played faster before the warm-up silence,
+    # and its teacher frames follow (1 s of "go" at 1.25x: 0.8 s, 40 frames after the 10 of the warm-up)
+    fast = TrainConfig.from_dict({**cfg.to_dict(), "augment": {"speed_prob": 1.0, "speed_factors": [1.25, 1.25]},
+                                  "data": {**cfg.data, "sentence_weight": 0.0, "sequence_weight": 0.0}})  # fmt: skip
+    fast_task = build_task(fast)
+    for i in range(4):
+        it = fast_task.train_set()[(i, i)]
+        assert len(it["audio"]) == 3200 + 12800 and it["text"] in ("go", "stop")
+        assert not it["teacher_mask"][:10].any() and it["teacher_mask"][10:50].all()
+        raw = it["teacher"][10:50, 1] * fast_task.teacher.std[1] + fast_task.teacher.mean[1]
+        np.testing.assert_allclose(raw, np.floor((np.arange(40) * HOP + HOP // 2) * 1.25 / HOP), atol=0.05)
+    for bad, match in (({"speed_prob": 1.5}, "speed_prob"), ({"speed_prob": 0.5, "speed_factors": [1.1, 0.9]},
+                                                             "speed_factors")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            build_task(TrainConfig.from_dict({**fast.to_dict(), "augment": bad})).train_set()

@@ -72,6 +72,7 @@ __all__ = [
     "mix_for_denoising",
     "peaking_eq",
     "peaking_sos",
+    "played_faster",
     "random_gain",
     "random_mic_response",
     "random_shift",
@@ -140,17 +141,29 @@ def random_shift(x: np.ndarray, rng: np.random.Generator, max_shift: int, circul
     return shift(x, int(rng.integers(-max_shift, max_shift + 1)), circular)
 
 
+def played_faster(x: np.ndarray, factor: float, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """All of ``x (T,)`` played ``factor`` times faster: about ``T / factor`` samples, pitch and formants
+    times ``factor`` (Ko et al. 2015's speed perturbation, as sox ``speed``). Input sample ``s`` lands near
+    output sample ``s / factor``. float32."""
+    from .audio import resample
+
+    x = np.asarray(x, dtype=np.float32)
+    if factor == 1.0 or x.shape[-1] == 0:
+        return x.copy()
+    if not factor > 0:
+        raise ValueError(f"a speed factor must be > 0, got {factor}")
+    return resample(x, round(sr * factor), sr)  # sr*factor samples per second read as sr: faster by factor
+
+
 def speed(x: np.ndarray, factor: float, sr: int = SAMPLE_RATE) -> np.ndarray:
     """``x (T,)`` played ``factor`` times faster (pitch and formants scale with it, as with a different
     talker's vocal tract; Ko et al. 2015), back in ``T`` samples. The energy centroid keeps its position
     where the length allows, so a word centred in a clip stays centred. float32."""
-    from .audio import resample
-
     x = np.asarray(x, dtype=np.float32)
     t = x.shape[-1]
     if factor == 1.0 or t == 0:
         return x.copy()
-    y = resample(x, round(sr * factor), sr)  # sr*factor samples per second read as sr: faster by factor
+    y = played_faster(x, factor, sr)
     energy = x.astype(np.float64) ** 2
     centre = float(np.sum(np.arange(t) * energy) / energy.sum()) if energy.sum() > 0 else t / 2
     start = round(centre / factor - centre)  # where x's window starts in y, centroid kept in place

@@ -28,7 +28,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,12 +52,22 @@ def default_cache_dir() -> Path:
 @dataclass(frozen=True)
 class Placement:
     """Where (part of) a stored utterance sits in a composed example, in samples: ``n`` samples of utterance
-    ``index`` from its sample ``clip_start`` on, at sample ``out_start`` of the example."""
+    ``index`` from its sample ``clip_start`` on, at sample ``out_start`` of the example. ``rate``: stored
+    samples per example sample (the speed factor when the example was played faster, 1 otherwise), so
+    example sample ``out_start + k`` holds stored sample ``clip_start + k · rate``."""
 
     index: int
     out_start: int
     clip_start: int
     n: int
+    rate: float = 1.0
+
+    def played_faster(self, factor: float) -> Placement:
+        """Where this part sits once the whole example is played ``factor`` times faster
+        (:func:`edgessm.data.augment.played_faster`: example sample ``s`` moves to ``s / factor``)."""
+        start = round(self.out_start / factor)
+        return replace(self, out_start=start, n=round((self.out_start + self.n) / factor) - start,
+                       rate=self.rate * factor)  # fmt: skip
 
 
 class TeacherFeatures:
@@ -214,8 +224,8 @@ def teacher_targets(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-frame teacher targets of a composed example: ``(targets (n_frames, D) float32, mask (n_frames,)
     bool)``. Example frame ``f`` (centre sample ``f·HOP + HOP/2``) takes the teacher frame of the utterance
-    placed there, at the same time within it; frames in pauses, padding or utterances without teacher frames
-    stay masked."""
+    placed there, at the same time within it (``Placement.rate`` apart); frames in pauses, padding or
+    utterances without teacher frames stay masked."""
     targets = np.zeros((n_frames, features.dim), np.float32)
     mask = np.zeros(n_frames, bool)
     centres = np.arange(n_frames) * HOP + HOP // 2
@@ -224,7 +234,7 @@ def teacher_targets(
             continue
         z = features.get(p.index)
         on = np.flatnonzero((centres >= p.out_start) & (centres < p.out_start + p.n))
-        j = (centres[on] - p.out_start + p.clip_start) // HOP
+        j = np.floor(((centres[on] - p.out_start) * p.rate + p.clip_start) / HOP).astype(np.int64)
         ok = j < len(z)
         targets[on[ok]] = z[j[ok]]
         mask[on[ok]] = True

@@ -1113,7 +1113,18 @@ class CtcTask(Task):
             for split, kinds in self.pool.items()
         }
         self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
-        self.augment = build_augment(self.cfg.augment, self.noises)
+        # speed perturbation changes an example's length and timing, which the transcript survives but the
+        # teacher's frames must follow: it is done here, before the warm-up, with the placements moved too
+        augment_settings = dict(self.cfg.augment)
+        self.speed_prob = float(augment_settings.pop("speed_prob", 0.0))
+        self.speed_factors = tuple(float(f) for f in augment_settings.pop("speed_factors", (0.9, 1.1)))
+        if not 0.0 <= self.speed_prob <= 1.0:
+            raise ValueError(f"[augment] speed_prob must be in [0, 1], got {self.speed_prob}")
+        if len(self.speed_factors) != 2 or not 0 < self.speed_factors[0] <= self.speed_factors[1]:
+            raise ValueError(
+                f"[augment] speed_factors must be [low, high] with 0 < low <= high, got {list(self.speed_factors)}"
+            )
+        self.augment = build_augment(augment_settings, self.noises)
         self._val = self._validation_items()
         if self.data.distill_weight > 0:
             train = self.pool["train"]["sentence"] + self.pool["train"]["word"]
@@ -1177,6 +1188,13 @@ class CtcTask(Task):
             rng = np.random.default_rng(index)
         kind = self.KINDS[int(rng.choice(3, p=self.weights))]
         x, text, placed = self._compose("train", kind, rng)
+        if self.speed_prob and rng.random() < self.speed_prob:  # no draw when off: old recipes keep their audio
+            lo, hi = np.log(self.speed_factors)
+            factor = float(np.exp(rng.uniform(lo, hi)))
+            from edgessm.data.augment import played_faster
+
+            x = played_faster(x, factor)
+            placed = [p.played_faster(factor) for p in placed]
         x = self._warm(x)
         if self.augment is not None:
             x = self.augment(x, rng)
