@@ -4,6 +4,7 @@
 #   make test    ruff + the unit tests (what CI runs)
 #   make bench   the FFT-convolution contraction benchmark
 #   make demo    the shipped kws35 and denoise models on the demo recordings in demos/
+#   make music / make ambience   recorded music / everyday noise for training (Debian game packages)
 #
 # Two environments:
 # - DEPS, the pinned dependencies (torch & co., several GB), lives outside the clone, keyed by the hash
@@ -30,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 QUIET_PIP := sed -u '/^WARNING: Location .* is ignored/d'
 
 
-.PHONY: music setup system venv test lint bench demo clean-venv
+.PHONY: ambience music setup system venv test lint bench demo clean-venv
 
 setup: system venv $(VENV)/.deps-$(KEY)
 
@@ -59,6 +60,12 @@ system:
 MUSIC_PACKAGES := warzone2100-music ufoai-music wesnoth-1.16-music nexuiz-music singularity-music
 music:
 	$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(MUSIC_PACKAGES)
+
+# real everyday noise for training (edgessm.data.ambience: ambient loops and foley of game sound packages;
+# 306 MB, not needed by the tests or the runtime)
+AMBIENCE_PACKAGES := ufoai-sound megaglest-data lincity-ng-data
+ambience:
+	$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(AMBIENCE_PACKAGES)
 
 venv: $(DEPS)/.complete
 

@@ -26,25 +26,16 @@ into ``$EDGESSM_CACHE/music``.
 
 from __future__ import annotations
 
-import hashlib
-import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from edgessm.atomic import atomic_path
-
 from .corpora import CorpusError, cache_dir
+from .packaged import SPLITS, AudioPackage
+from .packaged import file_split as track_split
 
-SPLITS = ("train", "validation", "test")
+MusicPackage = AudioPackage  # a soundtrack package: its tracks under root (a folder or a .pk3 archive)
 
-
-@dataclass(frozen=True)
-class MusicPackage:
-    package: str
-    root: str  # a folder, or a zip archive (.pk3)
-    pattern: str  # glob of the tracks (in the archive: a member-name prefix and suffix, "dir/*.ogg")
-    licence: str
-
+__all__ = ["PACKAGES", "SPLITS", "MusicPackage", "installed", "installed_tracks", "music_source", "music_tracks",
+           "track_split"]  # fmt: skip
 
 PACKAGES: tuple[MusicPackage, ...] = (
     MusicPackage("warzone2100-music", "/usr/share/games/warzone2100/music", "**/*.opus", "GPL-2+ / CC-BY-SA-3.0"),
@@ -55,31 +46,8 @@ PACKAGES: tuple[MusicPackage, ...] = (
 )
 
 
-def track_split(package: str, name: str) -> str:
-    """``train`` / ``validation`` / ``test`` for a track (80/10/10 by a stable hash of package and name)."""
-    u = int.from_bytes(hashlib.sha1(f"{package}/{name}".encode()).digest()[:8], "big") / 2**64
-    return "train" if u < 0.8 else "validation" if u < 0.9 else "test"
-
-
-def _extract(pkg: MusicPackage) -> list[Path]:
-    """The archive's tracks, extracted once into the cache (a file appears only when whole)."""
-    prefix, _, suffix = pkg.pattern.partition("*")
-    out_dir = cache_dir() / "music" / pkg.package
-    tracks = []
-    with zipfile.ZipFile(pkg.root) as z:
-        for member in sorted(z.namelist()):
-            if not (member.startswith(prefix) and member.endswith(suffix)) or member.endswith("/"):
-                continue
-            target = out_dir / Path(member).name
-            if not target.is_file() or target.stat().st_size != z.getinfo(member).file_size:
-                with atomic_path(target) as tmp:
-                    tmp.write_bytes(z.read(member))
-            tracks.append(target)
-    return tracks
-
-
 def installed() -> list[MusicPackage]:
-    return [p for p in PACKAGES if Path(p.root).exists()]
+    return [p for p in PACKAGES if p.installed()]
 
 
 def music_tracks(split: str = "train") -> list[Path]:
@@ -96,7 +64,7 @@ def music_tracks(split: str = "train") -> list[Path]:
         raise CorpusError(f"no free-licensed music is installed: run `make music` (apt-get install {names})")
     tracks = []
     for pkg in found:
-        files = _extract(pkg) if zipfile.is_zipfile(pkg.root) else sorted(Path(pkg.root).glob(pkg.pattern))
+        files = pkg.files(cache_dir() / "music" / pkg.package)
         tracks += [f for f in files if split == "all" or track_split(pkg.package, f.name) == split]
     return tracks
 

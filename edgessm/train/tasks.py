@@ -132,8 +132,14 @@ def noise_paths(specs: list[str]) -> list[str]:
             from edgessm.data.music import music_tracks
 
             paths += [str(p) for p in music_tracks(arg or "train")]
+        elif kind == "ambience":
+            from edgessm.data.ambience import ambience_files
+
+            paths += [str(p) for p in ambience_files(arg or "train")]
         else:
-            raise ValueError(f"unknown noise source {spec!r} (use shared:noise, noise:DIR, pack:DIR or music:SPLIT)")
+            raise ValueError(
+                f"unknown noise source {spec!r} (use shared:noise, noise:DIR, pack:DIR, music:SPLIT or ambience:SPLIT)"
+            )
     return paths
 
 
