@@ -29,8 +29,9 @@ def _fake_packages(tmp_path: Path) -> tuple[AudioPackage, ...]:
         z.writestr("sound/ambience/radiomessage.ogg", b"speech")
         z.writestr("sound/soldiers/scream.ogg", b"voice")
     return (
-        AudioPackage("glest-data", str(tmp_path / "glest"), "tilesets/*/sounds/*", "CC-BY-SA-3.0",
-                     exclude=("good_morning*",)),  # fmt: skip
+        AudioPackage(
+            "glest-data", str(tmp_path / "glest"), "tilesets/*/sounds/*", "CC-BY-SA-3.0", exclude=("good_morning*",)
+        ),
         AudioPackage("snd", str(tmp_path / "snd.pk3"), "sound/ambience/*.ogg", "GPL-2+", exclude=("radiomessage*",)),
     )
 
@@ -46,7 +47,9 @@ def test_recordings_come_from_folders_and_archives_once_each_in_one_split(tmp_pa
     assert all(p.parent == tmp_path / "cache" / "ambience" / "snd" / "sound_ambience" for p in extracted)
     assert sorted(p.stat().st_size for p in extracted) == list(range(1, 21))
     parts = [ambience.ambience_files(s) for s in ("train", "validation", "test")]
-    assert sorted(sum(parts, []), key=str) == sorted(every, key=str)  # each recording in exactly one split
+    assert sorted((p for part in parts for p in part), key=str) == sorted(
+        every, key=str
+    )  # each recording in exactly one split
     assert len(parts[0]) > len(parts[1]) and len(parts[0]) > len(parts[2])
 
     from edgessm.train.tasks import noise_paths

@@ -39,15 +39,25 @@ _MEGAGLEST = "/usr/share/games/megaglest"
 _SPOKEN = ("*[Ss]chool*", "*[Ss]ports*", "*[Mm]arket*", "*[Rr]esidential*", "*[Hh]ealth*", "*[Cc]ommune*")
 
 PACKAGES: tuple[AudioPackage, ...] = (
-    AudioPackage("ufoai-sound", _UFOAI, "sound/ambience/*.ogg", _UFOAI_LICENCE,
-                 exclude=("radiomessage*", "tv_news*", "disco*", "jingle*")),  # fmt: skip
+    AudioPackage(
+        "ufoai-sound",
+        _UFOAI,
+        "sound/ambience/*.ogg",
+        _UFOAI_LICENCE,
+        exclude=("radiomessage*", "tv_news*", "disco*", "jingle*"),
+    ),
     AudioPackage("ufoai-sound", _UFOAI, "sound/footsteps/*.ogg", _UFOAI_LICENCE),
     AudioPackage("ufoai-sound", _UFOAI, "sound/doors/*.ogg", _UFOAI_LICENCE),
     AudioPackage("ufoai-sound", _UFOAI, "sound/misc/break*.ogg", _UFOAI_LICENCE),
     AudioPackage("megaglest-data", _MEGAGLEST, "tilesets/*/sounds/*", "CC-BY-SA-3.0", exclude=("good_morning*",)),
     AudioPackage("megaglest-data", _MEGAGLEST, "data/core/water_sounds/*.wav", "CC-BY-SA-3.0"),
-    AudioPackage("lincity-ng-data", "/usr/share/games/lincity-ng/sounds", "*.wav", "GPL-2+ / CC-BY-SA-2",
-                 exclude=("Click*", "Window*", *_SPOKEN)),  # fmt: skip
+    AudioPackage(
+        "lincity-ng-data",
+        "/usr/share/games/lincity-ng/sounds",
+        "*.wav",
+        "GPL-2+ / CC-BY-SA-2",
+        exclude=("Click*", "Window*", *_SPOKEN),
+    ),
 )
 
 
