@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .corpora import CorpusError, cache_dir
-from .packaged import SPLITS, AudioPackage, file_split
+from .corpora import cache_dir
+from .packaged import AudioPackage, file_split, installed_packages
 
 __all__ = ["PACKAGES", "ambience_files", "installed"]
 
@@ -72,15 +72,9 @@ def ambience_files(split: str = "train") -> list[Path]:
     Raises:
         CorpusError: no package installed (says how to install them), or an unknown split.
     """
-    if split not in (*SPLITS, "all"):
-        raise CorpusError(f"unknown ambience split {split!r}; choose from {', '.join(SPLITS)} or all")
-    found = installed()
-    if not found:
-        names = " ".join(sorted({p.package for p in PACKAGES}))
-        raise CorpusError(f"no recorded everyday noise is installed: run `make ambience` (apt-get install {names})")
     files: list[Path] = []
     seen: set[tuple[str, str, int]] = set()
-    for pkg in found:
+    for pkg in installed_packages(PACKAGES, split, "recorded everyday noise", "ambience"):
         cache = cache_dir() / "ambience" / pkg.package / pkg.pattern.split("*")[0].strip("/").replace("/", "_")
         for f in pkg.files(cache):
             key = (pkg.package, f.name, f.stat().st_size)

