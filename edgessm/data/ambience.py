@@ -31,7 +31,7 @@ from pathlib import Path
 from .corpora import cache_dir
 from .packaged import AudioPackage, file_split, installed_packages
 
-__all__ = ["PACKAGES", "ambience_files", "installed"]
+__all__ = ["PACKAGES", "ambience_files"]
 
 _UFOAI = "/usr/share/games/ufoai/base/0snd.pk3"
 _UFOAI_LICENCE = "per file: CC-BY-SA-3.0 / CC-BY-3.0 / GPL-2(+)"
@@ -59,10 +59,6 @@ PACKAGES: tuple[AudioPackage, ...] = (
         exclude=("Click*", "Window*", *_SPOKEN),
     ),
 )
-
-
-def installed() -> list[AudioPackage]:
-    return [p for p in PACKAGES if p.installed()]
 
 
 def ambience_files(split: str = "train") -> list[Path]:

@@ -75,6 +75,7 @@ __all__ = [
     "played_faster",
     "random_gain",
     "random_mic_response",
+    "random_played_faster",
     "random_shift",
     "random_spec_mask",
     "random_speed",
@@ -178,6 +179,14 @@ def random_speed(x: np.ndarray, rng: np.random.Generator, factors: tuple[float, 
                  sr: int = SAMPLE_RATE) -> np.ndarray:  # fmt: skip
     """:func:`speed` by a factor log-uniform in ``factors``."""
     return speed(x, _loguniform(rng, factors), sr)
+
+
+def random_played_faster(x: np.ndarray, rng: np.random.Generator, factors: tuple[float, float] = (0.9, 1.1),
+                         sr: int = SAMPLE_RATE) -> tuple[np.ndarray, float]:  # fmt: skip
+    """:func:`played_faster` by a factor log-uniform in ``factors``: ``(audio, factor)``, so what is timed
+    in ``x`` (e.g. a recognizer's teacher frames) can follow it."""
+    factor = _loguniform(rng, factors)
+    return played_faster(x, factor, sr), factor
 
 
 def apply_gain(x: np.ndarray, gain_db: float) -> np.ndarray:

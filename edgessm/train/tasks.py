@@ -1195,11 +1195,9 @@ class CtcTask(Task):
         kind = self.KINDS[int(rng.choice(3, p=self.weights))]
         x, text, placed = self._compose("train", kind, rng)
         if self.speed_prob and rng.random() < self.speed_prob:  # no draw when off: old recipes keep their audio
-            lo, hi = np.log(self.speed_factors)
-            factor = float(np.exp(rng.uniform(lo, hi)))
-            from edgessm.data.augment import played_faster
+            from edgessm.data.augment import random_played_faster
 
-            x = played_faster(x, factor)
+            x, factor = random_played_faster(x, rng, self.speed_factors)
             placed = [p.played_faster(factor) for p in placed]
         x = self._warm(x)
         if self.augment is not None:
