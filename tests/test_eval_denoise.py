@@ -85,6 +85,54 @@ def test_validation_mixtures_use_no_test_speaker_and_no_test_noise(shared, monke
         denoise.speakers_of("train")
 
 
+def test_a_soundscape_joins_recordings_at_one_level_to_the_length_asked() -> None:
+    rng = np.random.default_rng(0)
+    short = np.full(3000, 0.5, np.float32)  # loud and short
+    long = np.random.default_rng(1).standard_normal(20000).astype(np.float32) * 0.01
+    silent = np.zeros(4000, np.float32)
+    x = denoise._soundscape([short, long, silent], 50000, rng)
+    assert x.shape == (50000,) and np.isfinite(x).all()
+    frames = x[: len(x) // 1000 * 1000].reshape(-1, 1000)
+    rms = np.sqrt((frames**2).mean(axis=1))
+    assert np.allclose(rms[rms > 0], 1.0, rtol=0.35)  # every piece at one level, no silent stretch
+    assert (rms > 0.5).all()
+    with pytest.raises(ValueError, match="silent"):
+        denoise._soundscape([silent], 100, rng)
+
+
+def test_unknown_noise_kinds_are_refused_with_the_known_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown noise kind.*traffic.*everyday"):
+        denoise.mixtures("test", kinds=["pink", "traffic"])
+    with pytest.raises(ValueError, match="none given"):
+        denoise.mixtures("test", kinds=[])
+
+
+def test_everyday_mixtures_use_the_ambience_recordings_of_their_split(shared, monkeypatch) -> None:
+    asked = []
+    sound = np.random.default_rng(2).standard_normal(8000).astype(np.float32)
+    monkeypatch.setattr(denoise, "_split_ambience", lambda split: asked.append(split) or [sound])
+    default = denoise.mixtures("validation", per_speaker=1, seed=3)
+    assert asked == []  # the default kinds leave the ambience alone: earlier reports' mixtures stay as they were
+    mixed = denoise.mixtures("validation", per_speaker=1, seed=3, kinds=["everyday", "white"])
+    assert asked == ["validation"]
+    assert [m.noise for m in mixed[:4]] == ["everyday", "white", "everyday", "white"]
+    assert [m.speaker for m in mixed] == [m.speaker for m in default]
+    for m in mixed:
+        assert m.clean.shape == m.noisy.shape and np.isfinite(m.noisy).all() and np.abs(m.noisy).max() < 1
+
+
+def test_everyday_mixtures_without_the_packages_say_how_to_install_them(monkeypatch) -> None:
+    from edgessm.data import ambience
+    from edgessm.data.corpora import CorpusError
+
+    def missing(split):
+        raise CorpusError("no recorded everyday noise installed: run make ambience")
+
+    monkeypatch.setattr(ambience, "ambience_files", missing)
+    with pytest.raises(FileNotFoundError, match=r"everyday.*make ambience"):
+        denoise._split_ambience("test")
+
+
 @pytest.mark.parametrize("key", ["rnnoise", "dfn3"])
 def test_peer_output_is_time_aligned(key):
     from fixtures import DEMOS

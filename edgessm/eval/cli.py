@@ -85,6 +85,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mixtures", choices=("test", "validation"), default="test",
                     help="denoisers: the held-out test mixtures (default), or the same kinds built from the "
                          "validation speakers and noises, to tune a choice without touching the test")  # fmt: skip
+    ap.add_argument("--noise-kinds", metavar="K1,K2",
+                    help="denoisers: the noise kinds of the mixtures (default the seven of every report: "
+                         "dude_miaowing,running_tap,babble,music,hum,pink,white; also everyday: recorded everyday "
+                         "sound of the ambience packages' held-out recordings, make ambience)")  # fmt: skip
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
                          "default and 'auto': the one the model ships, as transcribe decodes files; 'none': greedy "
@@ -218,8 +222,9 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     if args.sets:
         raise SystemExit("edgessm eval: --sets is for keyword spotters; a denoiser has one test set")
     try:
-        mixtures = denoise.mixtures(args.mixtures, args.per_speaker, args.seed)[: args.limit or None]
-    except FileNotFoundError as e:
+        kinds = args.noise_kinds.split(",") if args.noise_kinds else denoise.NOISE_KINDS
+        mixtures = denoise.mixtures(args.mixtures, args.per_speaker, args.seed, kinds=kinds)[: args.limit or None]
+    except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm eval: {e}") from None
     name = model.info.extra.get("model_name", path.stem)
     systems = {"noisy": lambda x: x, name: denoise.graph_system(model)}
@@ -263,7 +268,7 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
               "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
               "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "split": args.mixtures,
-              "music": music_source(args.mixtures),
+              "music": music_source(args.mixtures), "noise_kinds": list(kinds),
               "params": int(model.info.extra.get("params", 0)) or None,
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip

@@ -12,7 +12,10 @@ pauses into one ~10 s recording, mixed at a fixed level with noises the model ne
   by track: never in training or validation; ``make music`` installs them), or, where they are not
   installed, fresh draws of the procedural music generator (:func:`edgessm.data.music.music_source` says which);
 - ``hum``: fresh draws of the hum/click generator (its kind is in training, these draws are not);
-- ``pink`` and ``white``: Gaussian noise with a 1/f and a flat spectrum.
+- ``pink`` and ``white``: Gaussian noise with a 1/f and a flat spectrum;
+- ``everyday`` (not in the default set, ``kinds=``): recorded everyday sound of the ambience packages' test
+  recordings (``edgessm.data.ambience``, split by recording; ``make ambience`` installs them): wind, rain,
+  water, traffic, machines, footsteps, doors, joined into a soundscape of the mixture's length.
 
 Noise kind and SNR (-5, 0, 5, 10, 15 dB) cycle together over the mixtures, so every (noise, SNR)
 pair is covered evenly. Metrics (:func:`score`): wideband PESQ, STOI, SI-SDR and its improvement,
@@ -36,6 +39,8 @@ from edgessm.data.noise import babble, colored_noise, hum_clicks, music_like
 from .metrics import si_sdr
 
 NOISE_KINDS = ("dude_miaowing", "running_tap", "babble", "music", "hum", "pink", "white")
+#: Kinds a run may add to (or put in place of) the default set: every earlier report used NOISE_KINDS alone.
+EXTRA_KINDS = ("everyday",)
 SNRS_DB = (-5.0, 0.0, 5.0, 10.0, 15.0)
 METRICS = ("pesq", "stoi", "si_sdr", "si_sdr_i", "dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl")
 
@@ -105,7 +110,9 @@ def _real_noise(name: str) -> np.ndarray:
     raise FileNotFoundError(f"noise recording {name}.wav not found in the shared background noises")
 
 
-def _split_music(mixtures: int, rng: np.random.Generator, split: str = "test") -> list[np.ndarray]:
+def _split_music(
+    mixtures: int, rng: np.random.Generator, split: str = "test", kinds: int = len(NOISE_KINDS)
+) -> list[np.ndarray]:
     """One recorded track of ``split`` per ``music`` mixture (drawn without replacement while they last),
     decoded only for the mixtures that use one; empty where the soundtracks are not installed."""
     from edgessm.data.music import installed_tracks
@@ -113,9 +120,46 @@ def _split_music(mixtures: int, rng: np.random.Generator, split: str = "test") -
     tracks = installed_tracks(split)
     if not tracks:
         return []
-    count = -(-mixtures // len(NOISE_KINDS))
+    count = -(-mixtures // kinds)
     order = [tracks[i] for i in rng.permutation(len(tracks))]
     return [load_audio(order[i % len(order)], SAMPLE_RATE)[0] for i in range(count)]
+
+
+def _split_ambience(split: str) -> list[np.ndarray]:
+    """The recorded everyday sounds of ``split`` (decoded, 16 kHz), for the ``everyday`` kind.
+
+    Raises:
+        FileNotFoundError: the ambience packages are not installed (says how to install them)."""
+    from edgessm.data.ambience import ambience_files
+    from edgessm.data.corpora import CorpusError
+
+    try:
+        files = ambience_files(split)
+    except CorpusError as e:
+        raise FileNotFoundError(f"the 'everyday' noise kind needs the recorded everyday noise: {e}") from None
+    return [load_audio(f, SAMPLE_RATE)[0] for f in files]
+
+
+def _soundscape(sounds: Sequence[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n,)``: recordings of ``sounds`` in a random order, each from a random offset, joined end to end
+    (one long recording is simply cropped); every piece at the same RMS so a short loud one does not rule."""
+    out, filled = [], 0
+    order = rng.permutation(len(sounds))
+    i = 0
+    while filled < n:
+        x = sounds[order[i % len(order)]]
+        i += 1
+        need = n - filled
+        start = int(rng.integers(0, len(x) - need + 1)) if len(x) > need else 0
+        piece = x[start : start + need].astype(np.float64)
+        rms = np.sqrt(np.mean(piece**2))
+        if rms < 1e-6:  # a silent file (or stretch) adds nothing
+            if i > 4 * len(order):
+                raise ValueError("the everyday recordings are silent")
+            continue
+        out.append(piece / rms)
+        filled += len(piece)
+    return np.concatenate(out)[:n].astype(np.float32)
 
 
 def _crop(x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -138,25 +182,38 @@ def mix(
     return (c * gain).astype(np.float32), (noisy * gain).astype(np.float32)
 
 
-def mixtures(split: str = "test", per_speaker: int = 2, seed: int = 0, max_s: float = 10.0) -> list[Mixture]:
-    """The held-out mixtures (see the module docstring), deterministic for a ``seed``.
+def mixtures(
+    split: str = "test",
+    per_speaker: int = 2,
+    seed: int = 0,
+    max_s: float = 10.0,
+    kinds: Sequence[str] = NOISE_KINDS,
+) -> list[Mixture]:
+    """The held-out mixtures (see the module docstring), deterministic for a ``seed`` and ``kinds``
+    (noise kinds, cycled over the mixtures with the SNRs; :data:`NOISE_KINDS` and :data:`EXTRA_KINDS`).
 
     ``split="validation"`` builds the same kinds from what validation may see, to tune choices on
     (e.g. the post-filter) without touching the test: the validation speakers, babble of the other
     validation speakers, the soundtracks' validation tracks, and the validation noise recording
     (``running_tap``) in place of the test-only one."""
+    kinds = tuple(kinds)
+    unknown = [k for k in kinds if k not in NOISE_KINDS + EXTRA_KINDS]
+    if unknown or not kinds:
+        known = ", ".join(NOISE_KINDS + EXTRA_KINDS)
+        raise ValueError(f"unknown noise kind(s) {unknown or '(none given)'}: use {known}")
     speakers = speakers_of(split)
+    everyday = _split_ambience(split) if "everyday" in kinds else []
     rng = np.random.default_rng(seed)
     tap = _real_noise("running_tap")  # the test-only recording is never read outside the test:
     real = {"dude_miaowing": _real_noise("dude_miaowing") if split == "test" else tap, "running_tap": tap}
-    music = _split_music(len(speakers) * per_speaker, rng, split)
+    music = _split_music(len(speakers) * per_speaker, rng, split, len(kinds)) if "music" in kinds else []
     clean_of = {s: _join(clips, max_s) for s, clips in speakers.items()}
     out: list[Mixture] = []
     k = 0
     for spk, clean in clean_of.items():
         others = [x for s, x in clean_of.items() if s != spk] or [clean]
         for _ in range(per_speaker):
-            kind = NOISE_KINDS[k % len(NOISE_KINDS)]
+            kind = kinds[k % len(kinds)]
             snr = SNRS_DB[k % len(SNRS_DB)]  # 7 kinds, 5 SNRs: every pair within 35 mixtures
             n = len(clean)
             if kind in real:
@@ -167,6 +224,8 @@ def mixtures(split: str = "test", per_speaker: int = 2, seed: int = 0, max_s: fl
                 noise = _crop(music.pop(0), n, rng) if music else music_like(n, rng)
             elif kind in ("pink", "white"):
                 noise = colored_noise(n, rng, kind)
+            elif kind == "everyday":
+                noise = _soundscape(everyday, n, rng)
             else:
                 noise = hum_clicks(n, rng)
             c, noisy = mix(clean, noise, snr)

@@ -292,6 +292,8 @@ def denoise_markdown(report: dict) -> str:
         lines += ["", "Mixtures: the **validation** speakers and noises (for tuning; not a test result)."]
     if report.get("music"):
         lines += ["", f"Music mixtures: {report['music']} music."]
+    if "everyday" in report.get("noise_kinds", ()):
+        lines += ["", "Everyday mixtures: recorded everyday sound (the ambience packages' held-out recordings)."]
     for key, label, fmt, group in tables:
         cols = list(next(iter(systems.values()))[group])
         lines += ["", f"{label} by {titles[group]}:", "", "| system | " + " | ".join(cols) + " |",
