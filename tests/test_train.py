@@ -454,6 +454,83 @@ def test_source_weights_set_each_sources_share_of_the_draws(tmp_path: Path, monk
         source_draw_weights(["a"], {"a": 0})
 
 
+def test_teacher_confidence_weighs_each_utterance_in_the_ctc_loss(tmp_path: Path, monkeypatch) -> None:
+    """``[data] confidence_weighting = p``: an utterance with the teacher's confidence c weighs (c / mean c)^p
+    in the CTC loss (a joined sequence the mean of its parts), one with a human transcript 1; the loss is the
+    weighted mean of the per-utterance losses (all weights 1: PyTorch's own mean)."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    import csv
+
+    import numpy as np
+    import torch
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.label import confidences
+    from edgessm.train.tasks import build_task
+
+    rows = []
+    for i, (text, conf) in enumerate([("go", "0.4"), ("stop", "0.8"), ("up", ""), ("go", "0.6")]):
+        x = np.zeros(16000, np.float32)
+        x[4000:-4000] = 0.3 * np.sin(np.arange(8000) * 0.2 * (i + 1))
+        write_audio(tmp_path / f"{i}.wav", x, 16000)
+        split = "validation" if i == 3 else "train"
+        rows.append({"path": f"{i}.wav", "speaker": f"s{i}", "text": text, "split": split, "confidence": conf})
+    with open(tmp_path / "labels.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["path", "speaker", "text", "split", "confidence"])
+        w.writeheader()
+        w.writerows(rows)
+    known = confidences(tmp_path / "labels.csv")
+    assert known == {str((tmp_path / f"{i}.wav").resolve()): c for i, c in ((0, 0.4), (1, 0.8), (3, 0.6))}
+
+    def task_with(power, kinds=(0, 1, 0)):
+        cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                     "pools": [320]},
+                                     "data": {"sources": [f"manifest:{tmp_path / 'labels.csv'}"],
+                                              "sentence_weight": kinds[0], "word_weight": kinds[1],
+                                              "sequence_weight": kinds[2], "confidence_weighting": power,
+                                              "val_items": 2}})  # fmt: skip
+        return build_task(cfg)
+
+    task = task_with(1.0)
+    items = [task.train_set()[(i, i)] for i in range(30)]
+    mean = (0.4 + 0.8 + 0.6) / 3  # every utterance with a confidence, validation's too
+    expected = {"go": 0.4 / mean, "stop": 0.8 / mean, "up": 1.0}
+    assert {it["text"] for it in items} == set(expected)
+    assert all(np.isclose(it["weight"], expected[it["text"]]) for it in items)
+    squared = [task_with(2.0).train_set()[(i, i)] for i in range(10)]
+    assert all(np.isclose(it["weight"], expected[it["text"]] ** 2) for it in squared)  # "up" stays 1
+    sequences = task_with(1.0, kinds=(0, 0, 1)).train_set()
+    for i in range(10):
+        it = sequences[(i, i)]
+        assert np.isclose(it["weight"], np.mean([expected[w] for w in it["text"].split()]))
+
+    batch = task.collate(items[:4])
+    assert batch["weights"].shape == (4,)
+    torch.manual_seed(0)
+    net = task.build_model()
+    plain = {k: v for k, v in batch.items() if k != "weights"}
+    with torch.no_grad():
+        weighted, _ = task.loss(net, batch, 0.0)
+        ones, _ = task.loss(net, {**batch, "weights": torch.ones(4)}, 0.0)
+        unweighted, _ = task.loss(net, plain, 0.0)
+        first, _ = task.loss(net, {**batch, "weights": torch.tensor([1.0, 0.0, 0.0, 0.0])}, 0.0)
+        alone, _ = task.loss(net, task.collate(items[:1]) | {"weights": torch.ones(1)}, 0.0)
+    assert torch.isclose(ones, unweighted, rtol=1e-5) and not torch.isclose(weighted, unweighted, rtol=1e-3)
+    assert torch.isclose(first, alone, rtol=1e-4)  # weight 0 takes an utterance out
+    assert "weight" not in task_with(0.0).train_set()[(0, 0)]  # off: the loss as before
+
+    human = tmp_path / "human.csv"
+    human.write_text("path,speaker,text,split\n0.wav,s0,go,train\n3.wav,s3,go,validation\n")
+    assert confidences(human) == {}
+    cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                 "pools": [320]},
+                                 "data": {"sources": [f"manifest:{human}"], "confidence_weighting": 1.0}})  # fmt: skip
+    with pytest.raises(ValueError, match="no source carries the teacher's confidences"):
+        build_task(cfg).train_set()
+    with pytest.raises(ValueError, match="confidence_weighting must be >= 0"):
+        task_with(-1.0)
+
+
 def test_ctc_warmup_silence_precedes_every_example_and_is_not_scored(tmp_path: Path, monkeypatch) -> None:
     """``warmup_s``: examples start with that much silence; its frames never enter the loss or the decoding."""
     monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))

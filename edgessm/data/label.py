@@ -305,6 +305,30 @@ def _write(path: Path, rows: list[Row], root: Path) -> None:
             })  # fmt: skip
 
 
+def confidences(manifest: str | os.PathLike) -> dict[str, float]:
+    """The teacher's confidence per row of a manifest this command wrote: resolved audio path -> confidence
+    (exp mean token log-probability, 0-1). Empty for a manifest without a ``confidence`` column (a
+    human-transcribed one); rows with an empty or unreadable value are left out.
+
+    Raises:
+        FileNotFoundError: no manifest at ``manifest``.
+    """
+    manifest = Path(manifest).expanduser()
+    out: dict[str, float] = {}
+    with open(manifest, newline="") as f:
+        reader = csv.DictReader(f)
+        if "confidence" not in (reader.fieldnames or ()):
+            return out
+        for r in reader:
+            try:
+                c = float(r["confidence"])
+            except (TypeError, ValueError):
+                continue
+            if 0.0 <= c <= 1.0:
+                out[str((manifest.parent / r["path"]).resolve())] = c
+    return out
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Transcribe untranscribed recordings with the offline teacher (Whisper tiny.en, int8, CPU; Silero VAD "

@@ -1012,6 +1012,11 @@ class AsrData:
     # beside CTC (0: off) and how far back (seconds, a multiple of 20 ms) the causal student's frame predicts.
     distill_weight: float = 0.0
     distill_lag_s: float = 0.08
+    # Teacher transcripts weighted by the teacher's confidence (sequence-level distillation, issue 30): each
+    # utterance with a confidence c (a source read through an ``edgessm label`` manifest:
+    # shared:sentences_pseudolabeled@LABELS, or manifest:LABELS) weighs (c / mean c)^p in the CTC loss,
+    # p = this value; human transcripts weigh 1. 0: off (every utterance weighs 1).
+    confidence_weighting: float = 0.0
 
 
 def source_draw_weights(sources: list[str], weights: dict[str, float]) -> np.ndarray:
@@ -1063,7 +1068,10 @@ class CtcTask(Task):
         if self.data.distill_weight < 0 or lag < 0 or abs(lag - round(lag)) > 1e-6:
             raise ValueError("[data] distill_weight must be >= 0 and distill_lag_s a multiple of 0.02 s >= 0")
         self.distill_lag = round(lag)
+        if self.data.confidence_weighting < 0:
+            raise ValueError(f"[data] confidence_weighting must be >= 0, got {self.data.confidence_weighting}")
         self.teacher: TeacherFeatures | None = None
+        self.clip_weight: np.ndarray | None = None  # CTC loss weight per utterance ([data] confidence_weighting)
         self._prepared = False
 
     def model_config(self) -> dict[str, Any]:
@@ -1118,6 +1126,7 @@ class CtcTask(Task):
             }
             for split, kinds in self.pool.items()
         }
+        self.clip_weight = self._confidence_weights() if self.data.confidence_weighting else None
         self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
         # speed perturbation changes an example's length and timing, which the transcript survives but the
         # teacher's frames must follow: it is done here, before the warm-up, with the placements moved too
@@ -1138,6 +1147,29 @@ class CtcTask(Task):
             if self.teacher.dim != TEACHER_DIM:
                 raise ValueError(f"the teacher's frames have {self.teacher.dim} dimensions, expected {TEACHER_DIM}")
         self._prepared = True
+
+    def _confidence_weights(self) -> np.ndarray:
+        """``(len(self.clips),)`` CTC loss weight per utterance (``[data] confidence_weighting``): ``(c / mean
+        c)^p`` where the teacher's confidence ``c`` is known, the mean over those utterances; 1 elsewhere."""
+        from edgessm.data.label import confidences
+
+        p = float(self.data.confidence_weighting)
+        known: dict[str, float] = {}
+        for spec in self.data.sources:
+            kind, _, arg = spec.partition(":")
+            labels = arg.partition("@")[2] if kind == "shared" else arg if kind == "manifest" else ""
+            if labels:
+                known.update(confidences(labels))
+        c = np.array([known.get(str(Path(clip.path).resolve()), np.nan) for clip in self.clips])
+        has = np.isfinite(c)
+        if not has.any():
+            raise ValueError(
+                "[data] confidence_weighting: no source carries the teacher's confidences (use "
+                "shared:sentences_pseudolabeled@LABELS or manifest:LABELS with a manifest of `edgessm label`)"
+            )
+        w = np.ones(len(c))
+        w[has] = (np.maximum(c[has], 1e-3) / c[has].mean()) ** p
+        return w
 
     def _compose(self, split: str, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, str, list[Placement]]:
         """One utterance of ``kind`` from ``split``: ``(audio, transcript, where its stored utterances sit)``."""
@@ -1203,6 +1235,8 @@ class CtcTask(Task):
         if self.augment is not None:
             x = self.augment(x, rng)
         item = {"audio": np.asarray(x, np.float32), "tokens": self.tok.encode(text), "text": text}
+        if self.clip_weight is not None:  # a joined sequence weighs the mean of its parts
+            item["weight"] = float(np.mean([self.clip_weight[p.index] for p in placed]))
         if self.teacher is not None:  # targets of the clean utterances, after the warm-up silence
             placed = [replace(p, out_start=p.out_start + self.warmup) for p in placed]
             item["teacher"], item["teacher_mask"] = teacher_targets(placed, len(x) // HOP, self.teacher)
@@ -1225,6 +1259,8 @@ class CtcTask(Task):
         }
         if all("teacher" in it for it in items):
             batch["teacher"], batch["teacher_mask"] = stack_targets(items, n // stride)
+        if all("weight" in it for it in items):
+            batch["weights"] = torch.tensor([it["weight"] for it in items], dtype=torch.float32)
         return batch
 
     def train_set(self):
@@ -1248,7 +1284,13 @@ class CtcTask(Task):
         skip = self.warmup // stride  # the warm-up frames are not scored
         logp = logits[..., skip:].log_softmax(1).permute(2, 0, 1)  # (F, B, V)
         frames = torch.clamp(batch["audio_lengths"] // stride - skip, max=logp.shape[0])
-        loss = F.ctc_loss(logp, batch["tokens"], frames, batch["token_lengths"], blank=0, zero_infinity=True)
+        if "weights" in batch:  # the weighted mean of the per-utterance losses, each per target character
+            each = F.ctc_loss(logp, batch["tokens"], frames, batch["token_lengths"], blank=0, zero_infinity=True,
+                              reduction="none") / batch["token_lengths"].clamp(min=1).to(logp.dtype)  # fmt: skip
+            w = batch["weights"].to(each.device, each.dtype)
+            loss = (w * each).sum() / w.sum().clamp(min=1e-8)
+        else:
+            loss = F.ctc_loss(logp, batch["tokens"], frames, batch["token_lengths"], blank=0, zero_infinity=True)
         if not distill:
             return loss, {}
         kd = distill_loss(out[1], batch["teacher"], batch["teacher_mask"], self.distill_lag)
