@@ -3,6 +3,7 @@ beam width, word-model weight and word bonus, on real speech the recipe never tr
 
     python tools/lm_study.py models/asr/asr.onnx lm.npz --set read     # 39 real read sentences
     python tools/lm_study.py models/asr/asr.onnx lm.npz --set sc       # 150 real Speech Commands words
+    python tools/lm_study.py models/asr/asr.onnx lm.npz --set sentences   # 150 real sentences (teacher's text)
     python tools/lm_study.py GRAPH LM --beams 32,64 --weights 0.4,0.6,0.8 --bonuses 1,2,3 --open
 
 The utterances are those of the recognizer recipes' *validation* speakers (``assign_split`` with their
@@ -16,14 +17,17 @@ import argparse
 import itertools
 import random
 
-from edgessm.data.corpora import shared_fsdd, shared_read_speech, shared_sc_train
+from edgessm.data.corpora import shared_fsdd, shared_pseudolabeled_sentences, shared_read_speech, shared_sc_train
 from edgessm.data.manifest import assign_split
 from edgessm.eval import asr
 from edgessm.runtime.beam import BeamDecoder
 from edgessm.runtime.ngram import WordLM
 from edgessm.runtime.session import StepModel
 
-SOURCES = {"read": shared_read_speech, "sc": shared_sc_train, "fsdd": shared_fsdd}
+# ``sentences``: the shared real sentences with the teacher's (Whisper tiny.en's) transcripts as references,
+# whole files (LibriSpeech readers, spoken coffee orders): more sentences than ``read``, machine references
+SOURCES = {"read": shared_read_speech, "sc": shared_sc_train, "fsdd": shared_fsdd,
+           "sentences": shared_pseudolabeled_sentences}  # fmt: skip
 
 
 def validation_utterances(name: str, limit: int, seed: int = 0) -> list[asr.Utterance]:
