@@ -519,6 +519,16 @@ def test_teacher_confidence_weighs_each_utterance_in_the_ctc_loss(tmp_path: Path
     assert torch.isclose(first, alone, rtol=1e-4)  # weight 0 takes an utterance out
     assert "weight" not in task_with(0.0).train_set()[(0, 0)]  # off: the loss as before
 
+    # the weighted loss trains under bf16 autocast on the CPU (as train.amp = "bf16" runs it)
+    from edgessm.train.trainer import Trainer
+
+    amp = TrainConfig.from_dict({**task.cfg.to_dict(), "train": {"steps": 3, "batch_size": 2, "eval_every": 3,
+                                 "log_every": 1, "workers": 0, "amp": "bf16"}})  # fmt: skip
+    Trainer(amp, tmp_path / "run", device="cpu", progress=False).fit()
+    with open(tmp_path / "run" / "log.csv") as f:
+        losses = [float(r["loss"]) for r in csv.DictReader(f) if r.get("loss")]
+    assert len(losses) == 3 and np.isfinite(losses).all()
+
     human = tmp_path / "human.csv"
     human.write_text("path,speaker,text,split\n0.wav,s0,go,train\n3.wav,s3,go,validation\n")
     assert confidences(human) == {}

@@ -111,16 +111,17 @@ def _real_noise(name: str) -> np.ndarray:
 
 
 def _split_music(
-    mixtures: int, rng: np.random.Generator, split: str = "test", kinds: int = len(NOISE_KINDS)
+    mixtures: int, rng: np.random.Generator, split: str = "test", n_kinds: int = len(NOISE_KINDS)
 ) -> list[np.ndarray]:
-    """One recorded track of ``split`` per ``music`` mixture (drawn without replacement while they last),
-    decoded only for the mixtures that use one; empty where the soundtracks are not installed."""
+    """One recorded track of ``split`` per ``music`` mixture (``mixtures`` cycle over ``n_kinds`` noise kinds;
+    drawn without replacement while they last), decoded only for the mixtures that use one; empty where the
+    soundtracks are not installed."""
     from edgessm.data.music import installed_tracks
 
     tracks = installed_tracks(split)
     if not tracks:
         return []
-    count = -(-mixtures // kinds)
+    count = -(-mixtures // n_kinds)
     order = [tracks[i] for i in rng.permutation(len(tracks))]
     return [load_audio(order[i % len(order)], SAMPLE_RATE)[0] for i in range(count)]
 
