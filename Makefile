@@ -62,8 +62,9 @@ music:
 	$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(MUSIC_PACKAGES)
 
 # real everyday noise for training (edgessm.data.ambience: ambient loops and foley of game sound packages;
-# 306 MB, not needed by the tests or the runtime)
-AMBIENCE_PACKAGES := ufoai-sound megaglest-data lincity-ng-data
+# 760 MB, not needed by the tests or the runtime)
+AMBIENCE_PACKAGES := ufoai-sound megaglest-data lincity-ng-data widelands-data searchandrescue-data minetest-data \
+	simutrans-pak64
 ambience:
 	$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(AMBIENCE_PACKAGES)
 

@@ -70,8 +70,18 @@ def test_without_the_packages_the_error_says_how_to_install_them(monkeypatch, tm
 
 def test_the_shipped_package_list_leaves_out_speech_like_recordings() -> None:
     spoken = ["radiomessage.ogg", "tv_newswav.ogg", "good_morning.wav", "School1.wav", "SportsCroud2.wav",
-              "MarketFull1.wav", "Residential3.wav", "Click.wav"]  # fmt: skip
+              "MarketFull1.wav", "Residential3.wav", "Click.wav", "tavern_00.ogg", "biginn_01.ogg", "lobby_chat.ogg",
+              "under_attack.ogg", "stall.wav", "cash.wav"]  # fmt: skip
     for name in spoken:
         pkgs = [p for p in ambience.PACKAGES if p.exclude]
         assert any(p.excludes(name) for p in pkgs), name
     assert not any(p.excludes("arcticwind.ogg") or p.excludes("TraficHigh1.wav") for p in ambience.PACKAGES)
+
+
+def test_silent_placeholders_below_min_bytes_are_left_out(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "bird.ogg").write_bytes(b"b" * 9000)
+    (tmp_path / "a" / "empty.ogg").write_bytes(b"e" * 3600)  # a game's placeholder that plays nothing
+    pkg = AudioPackage("w-data", str(tmp_path), "**/*.ogg", "GPL-2+", min_bytes=8192)
+    assert [p.name for p in pkg.files(tmp_path / "cache")] == ["bird.ogg"]
+    assert len(AudioPackage("w-data", str(tmp_path), "**/*.ogg", "GPL-2+").files(tmp_path / "cache")) == 2

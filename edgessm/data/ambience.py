@@ -1,9 +1,9 @@
 """Real recorded everyday noise for training: the ambient loops and foley of free-licensed game sound packages.
 
 The denoiser's real noise was the Speech Commands background recordings (a few minutes); the rest was
-procedural. These Debian packages hold about half an hour of recorded everyday sound (``make ambience``
-installs them, 306 MB), each file's speech-like names left out (radio messages, news, schools, markets,
-crowds, unit voices):
+procedural. These Debian packages hold about 55 minutes of recorded everyday sound (``make ambience``
+installs them, 760 MB), each file's speech-like names left out (radio messages, news, schools, markets,
+crowds, taverns, alerts, unit voices), and interface sounds (clicks, chimes, warnings):
 
 ======================  =====  =======  ===========================================  ==========================
 package                 files  minutes  what                                         licence (sound files)
@@ -15,6 +15,14 @@ package                 files  minutes  what                                    
                                         landscapes (birds, insects, rain), water
 ``lincity-ng-data``     ~110   6        traffic, trains, industry, mines, harbour,   GPL-2+ / CC-BY-SA-2
                                         fire, water, windmills, farms (11 kHz)
+``widelands-data``      ~95    9        birds, crickets, frogs, farm animals, saws,  GPL-2+ (per file: CC-BY-3,
+                                        smithies, mills, furnaces, tree falls        CC-0, PD; its sound docu)
+``searchandrescue-data`` ~55   5        helicopter and jet engines inside and out,   GPL
+                                        thunder, doors, gear, skids, splashes
+``minetest-data``       ~110   2        footsteps and digging on many materials,     CC-BY-SA-3.0, CC-BY-3.0
+                                        water, lava, fire, doors, carts              (doors)
+``simutrans-pak64``     ~20    1        forest, desert, arctic, tropic and water     Artistic-1.0
+                                        ambiences, traffic, boats, jackhammer
 ======================  =====  =======  ===========================================  ==========================
 
 Attribution (CC-BY, CC-BY-SA): the authors are named in each package's ``/usr/share/doc/*/copyright``.
@@ -36,6 +44,9 @@ __all__ = ["PACKAGES", "ambience_files"]
 _UFOAI = "/usr/share/games/ufoai/base/0snd.pk3"
 _UFOAI_LICENCE = "per file: CC-BY-SA-3.0 / CC-BY-3.0 / GPL-2(+)"
 _MEGAGLEST = "/usr/share/games/megaglest"
+_WIDELANDS = "/usr/share/games/widelands/data/sound"
+_SAR = "/usr/share/games/searchandrescue/sounds"
+_MINETEST = "/usr/share/games/minetest/games/minetest_game/mods"
 _SPOKEN = ("*[Ss]chool*", "*[Ss]ports*", "*[Mm]arket*", "*[Rr]esidential*", "*[Hh]ealth*", "*[Cc]ommune*")
 
 PACKAGES: tuple[AudioPackage, ...] = (
@@ -57,6 +68,38 @@ PACKAGES: tuple[AudioPackage, ...] = (
         "*.wav",
         "GPL-2+ / CC-BY-SA-2",
         exclude=("Click*", "Window*", *_SPOKEN),
+    ),
+    # interface sounds, chat, alerts and taverns (voices) out; the game's silent placeholders (3.6 kB) too
+    AudioPackage(
+        "widelands-data",
+        _WIDELANDS,
+        "**/*.ogg",
+        "GPL-2+ (per file: CC-BY-3.0 / CC-0 / PD, data/sound/wl-sound-docu.csv)",
+        exclude=(
+            "click*",
+            "create_construction_site*",
+            "lobby_*",
+            "message_*",
+            "site_occupied*",
+            "under_attack*",
+            "tavern*",
+            "inn_*",
+            "biginn*",
+            "meal*",
+            "ration*",
+        ),
+        min_bytes=8192,
+    ),
+    AudioPackage(
+        "searchandrescue-data", _SAR, "**/*.wav", "GPL", exclude=("screenshot*", "flir_*", "overspeed*", "stall*")
+    ),
+    AudioPackage("minetest-data", _MINETEST, "*/sounds/*.ogg", "CC-BY-SA-3.0 / CC-BY-3.0 (doors)"),
+    AudioPackage(
+        "simutrans-pak64",
+        "/usr/share/games/simutrans/pak/sound",
+        "*.wav",
+        "Artistic-1.0",
+        exclude=("click*", "cash*", "boing*"),
     ),
 )
 
