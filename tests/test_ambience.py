@@ -76,12 +76,3 @@ def test_the_shipped_package_list_leaves_out_speech_like_recordings() -> None:
         pkgs = [p for p in ambience.PACKAGES if p.exclude]
         assert any(p.excludes(name) for p in pkgs), name
     assert not any(p.excludes("arcticwind.ogg") or p.excludes("TraficHigh1.wav") for p in ambience.PACKAGES)
-
-
-def test_silent_placeholders_below_min_bytes_are_left_out(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "bird.ogg").write_bytes(b"b" * 9000)
-    (tmp_path / "a" / "empty.ogg").write_bytes(b"e" * 3600)  # a game's placeholder that plays nothing
-    pkg = AudioPackage("w-data", str(tmp_path), "**/*.ogg", "GPL-2+", min_bytes=8192)
-    assert [p.name for p in pkg.files(tmp_path / "cache")] == ["bird.ogg"]
-    assert len(AudioPackage("w-data", str(tmp_path), "**/*.ogg", "GPL-2+").files(tmp_path / "cache")) == 2

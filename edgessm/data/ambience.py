@@ -69,7 +69,7 @@ PACKAGES: tuple[AudioPackage, ...] = (
         "GPL-2+ / CC-BY-SA-2",
         exclude=("Click*", "Window*", *_SPOKEN),
     ),
-    # interface sounds, chat, alerts and taverns (voices) out; the game's silent placeholders (3.6 kB) too
+    # interface sounds, chat, alerts and taverns (voices) out
     AudioPackage(
         "widelands-data",
         _WIDELANDS,
@@ -88,7 +88,6 @@ PACKAGES: tuple[AudioPackage, ...] = (
             "meal*",
             "ration*",
         ),
-        min_bytes=8192,
     ),
     AudioPackage(
         "searchandrescue-data", _SAR, "**/*.wav", "GPL", exclude=("screenshot*", "flir_*", "overspeed*", "stall*")

@@ -25,15 +25,13 @@ AUDIO_SUFFIXES = (".ogg", ".opus", ".wav", ".flac")
 class AudioPackage:
     """Files of one Debian package: ``pattern`` under ``root`` (a folder: a glob; a zip archive such as a
     ``.pk3``: a member-name prefix and suffix around one ``*``, ``"sound/ambience/*.ogg"``), less the file
-    names matching an ``exclude`` pattern (fnmatch, e.g. ``"radiomessage*"``) and the files smaller than
-    ``min_bytes`` (a game's silent placeholders)."""
+    names matching an ``exclude`` pattern (fnmatch, e.g. ``"radiomessage*"``)."""
 
     package: str
     root: str
     pattern: str
     licence: str
     exclude: tuple[str, ...] = ()
-    min_bytes: int = 0
 
     def installed(self) -> bool:
         return Path(self.root).exists()
@@ -45,8 +43,7 @@ class AudioPackage:
             found = extract(root, self.pattern, cache)
         else:
             found = sorted(p for p in root.glob(self.pattern) if p.is_file())
-        return [p for p in found if p.suffix.lower() in AUDIO_SUFFIXES and not self.excludes(p.name)
-                and p.stat().st_size >= self.min_bytes]  # fmt: skip
+        return [p for p in found if p.suffix.lower() in AUDIO_SUFFIXES and not self.excludes(p.name)]
 
     def excludes(self, name: str) -> bool:
         return any(fnmatch.fnmatchcase(name, pat) for pat in self.exclude)
