@@ -236,3 +236,27 @@ def test_deep_filter_loss_sees_phase_and_level() -> None:
     above[..., 5:17] = 0  # bins above the filter's are not its business
     above[..., 17 + 5 :] = 0
     assert float(_compressed_error(above, ref, 17, 5, scale, 0.3)) < 1e-12
+
+
+def test_without_its_own_loss_the_deep_filter_learns_from_the_waveform_loss() -> None:
+    """`data.df_weight = 0` (denoise v6): no compressed-spectrum term, yet the coefficient head, zero at the
+    start, gets a gradient from the waveform loss, and a step along it lowers that loss."""
+    from edgessm.train.config import TrainConfig
+    from edgessm.train.tasks import DenoiseTask
+
+    data = {"mask_weight": 4.0, "df_weight": 0.0, "wave_weight": 0.1, "spectral_weight": 0.0}
+    task = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": data}))
+    torch.manual_seed(0)
+    net = build_network("denoise", **{**SMALL, "pre_conv": 4, "df_order": 3, "df_bins": 4}).eval()  # no dropout draw between the two losses
+    t = torch.arange(32 * 40, dtype=torch.float32)
+    clean = (0.2 * torch.sin(2 * torch.pi * 0.02 * t) * torch.sin(2 * torch.pi * 0.001 * t)).view(1, 1, -1)
+    batch = {"clean": clean.repeat(2, 1, 1), "noisy": clean.repeat(2, 1, 1) + 0.05 * torch.randn(2, 1, t.numel())}
+    loss, parts = task.loss(net, batch, 0.5)
+    assert "df" not in parts
+    loss.backward()
+    grad = net.df_head.weight.grad
+    assert grad is not None and float(grad.abs().sum()) > 0
+    with torch.no_grad():
+        net.df_head.weight -= 0.01 * grad / grad.norm()
+    after, _ = task.loss(net, batch, 0.5)
+    assert float(after) < float(loss)
