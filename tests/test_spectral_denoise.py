@@ -247,7 +247,8 @@ def test_without_its_own_loss_the_deep_filter_learns_from_the_waveform_loss() ->
     data = {"mask_weight": 4.0, "df_weight": 0.0, "wave_weight": 0.1, "spectral_weight": 0.0}
     task = DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": {}, "data": data}))
     torch.manual_seed(0)
-    net = build_network("denoise", **{**SMALL, "pre_conv": 4, "df_order": 3, "df_bins": 4}).eval()  # no dropout draw between the two losses
+    # eval(): no dropout draw between the two losses
+    net = build_network("denoise", **{**SMALL, "pre_conv": 4, "df_order": 3, "df_bins": 4}).eval()
     t = torch.arange(32 * 40, dtype=torch.float32)
     clean = (0.2 * torch.sin(2 * torch.pi * 0.02 * t) * torch.sin(2 * torch.pi * 0.001 * t)).view(1, 1, -1)
     batch = {"clean": clean.repeat(2, 1, 1), "noisy": clean.repeat(2, 1, 1) + 0.05 * torch.randn(2, 1, t.numel())}
