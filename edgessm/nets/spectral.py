@@ -128,6 +128,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
             self.df_head = nn.Conv1d(widths[-1], 2 * cfg.df_order * self.df_bins, 1)
             nn.init.zeros_(self.df_head.weight)
             nn.init.zeros_(self.df_head.bias)
+            self._deep_filter_maps(cfg.df_order, self.df_bins)
         self.delay = cfg.hop
         self.chunk_multiple = cfg.hop
         self.rate = Fraction(1)
@@ -204,19 +205,35 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         norm = torch.sqrt(re * re + im * im + self.cfg.floor**2)
         return torch.cat([re / norm, im / norm], dim=-1).transpose(1, 2)
 
+    def _deep_filter_maps(self, order: int, f: int) -> None:
+        """Constant index maps of the filter on a window of frames ``[X_{t-K+1} | ... | X_t]`` (each ``[Re | Im]``
+        of the ``f`` bins): the 10 ms graph is bound by its node count, so the complex products of all ``K``
+        taps are a few whole-window nodes (gathers and products) rather than a loop of slices per tap."""
+        c, n = 2 * f, order * 2 * f
+        pos = torch.arange(n)
+        w, r, j = pos // c, (pos % c) // f, pos % f  # window frame, re/im, bin of each window entry
+        k = order - 1 - w  # frame w of the window is X_{t-k}; d's channels are [k][re, im][bin]
+        self.register_buffer("df_dr", k * c + j, persistent=False)  # d_re of the tap, for re and im alike
+        self.register_buffer("df_di", k * c + f + j, persistent=False)
+        self.register_buffer("df_swap", w * c + (1 - r) * f + j, persistent=False)  # [Re | Im] -> [Im | Re]
+        self.register_buffer("df_sign", torch.where(r == 0, -1.0, 1.0), persistent=False)  # -> [-Im | Re]
+        self.register_buffer("df_sum", (pos[:, None] % c == torch.arange(c)[None, :]).float(), persistent=False)
+        place = torch.zeros(c, 2 * self.bins)  # [Re | Im] of the F bins -> [Re | Im] of all bins
+        place[torch.arange(c), torch.arange(c) // f * self.bins + torch.arange(c) % f] = 1.0
+        self.register_buffer("df_place", place, persistent=False)
+
     def _deep_filter(self, masked: Tensor, low: Tensor, h: Tensor) -> Tensor:
         """Add ``Σ_k d_{t,k} X_{t-k}`` to the deep-filter bins of the masked spectra ``(B, m, 2 bins)``;
-        ``low (B, P + m, 2 F)`` the unmasked bins with ``P`` earlier frames, ``h`` the blocks' output."""
-        b, m, f, order, p = int(masked.shape[0]), int(masked.shape[1]), self.df_bins, self.cfg.df_order, self.df_past
-        d = torch.tanh(self.df_head(h)).transpose(1, 2).reshape(b, m, order, 2 * f)
-        re, im = masked[..., :f], masked[..., self.bins : self.bins + f]
-        for k in range(order):
-            x = low[:, p - k : p - k + m]  # X_{t-k}
-            xr, xi, dr, di = x[..., :f], x[..., f:], d[:, :, k, :f], d[:, :, k, f:]
-            re = re + dr * xr - di * xi
-            im = im + dr * xi + di * xr
-        bins = self.bins
-        return torch.cat([re, masked[..., f:bins], im, masked[..., bins + f :]], dim=-1)
+        ``low (B, P + m, 2 F)`` the unmasked bins with ``P`` earlier frames, ``h`` the blocks' output.
+
+        For each tap, ``d X = (d_re + i d_im)(X_re + i X_im)``, i.e.
+        ``[Re | Im] = d_re [X_re | X_im] + d_im [-X_im | X_re]``."""
+        m, order, p = int(masked.shape[1]), self.cfg.df_order, self.df_past
+        d = torch.tanh(self.df_head(h)).transpose(1, 2)  # (B, m, K 2F)
+        first = p - order + 1  # X_{t-K+1} of the first output frame
+        window = torch.cat([low[:, first + i : first + i + m] for i in range(order)], dim=-1)  # (B, m, K 2F)
+        taps = d[..., self.df_dr] * window + d[..., self.df_di] * (window[..., self.df_swap] * self.df_sign)
+        return masked + (taps @ self.df_sum) @ self.df_place  # summed over the taps, placed in the F bins
 
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Synthesised frames ``(B, m, n_fft)`` after ``tail (B, 1, hop)`` -> ``(B, 1, m hop)`` and the new tail."""
