@@ -260,4 +260,4 @@ def test_without_its_own_loss_the_deep_filter_learns_from_the_waveform_loss() ->
     with torch.no_grad():
         net.df_head.weight -= 0.01 * grad / grad.norm()
     after, _ = task.loss(net, batch, 0.5)
-    assert float(after) < float(loss)
+    assert float(after.detach()) < float(loss.detach())
