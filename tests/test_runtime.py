@@ -56,6 +56,34 @@ def test_stream_accepts_any_piece_sizes(kws_graph) -> None:
     assert stream.chunks_done == 0 and all(not s.any() for s in stream.state)
 
 
+def test_stepper_gives_the_functional_calls_numbers_and_keeps_its_state(kws_graph) -> None:
+    """The bound (IO-binding) path of a stream: the same outputs and states as ``run``, call after call, and a
+    state set from outside takes effect on the next call."""
+    from edgessm.runtime.session import Stepper
+
+    _, path = kws_graph
+    model = StepModel(path)
+    x = (0.3 * np.random.default_rng(2).normal(size=128 * 12)).astype(np.float32)
+    state, step = model.initial_state(), model.stepper()
+    assert step._bound
+    outs = []
+    for pos in range(0, len(x), 128):
+        y, state = model.run(x[pos : pos + 128], state)
+        got = step(x[pos : pos + 128])
+        np.testing.assert_array_equal(got, y)
+        outs.append(got)
+        for a, b in zip(step.state, state, strict=True):
+            np.testing.assert_array_equal(a, b)
+    assert not all(np.array_equal(outs[0], o) for o in outs[1:])  # each call returns its own array
+    step.state = model.initial_state()  # back to the start: the first chunk's output again
+    np.testing.assert_array_equal(step(x[:128]), outs[0])
+    with pytest.raises(ValueError, match="state tensors"):
+        step.state = state[:-1]
+    unbound = Stepper(model, model.initial_state())
+    unbound._bound, unbound._state = False, model.initial_state()  # the fallback for dynamic graphs
+    np.testing.assert_array_equal(unbound(x[:128]), outs[0])
+
+
 def test_stream_resamples_and_flushes(kws_graph) -> None:
     _, path = kws_graph
     stream = StepModel(path).create_stream()

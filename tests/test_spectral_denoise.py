@@ -209,9 +209,9 @@ def test_phase_advance_feature_follows_a_tone() -> None:
     with torch.no_grad():
         spec = net.spectra(x)
         low = torch.cat([torch.zeros(1, net.df_past, 16), net._low(spec)], dim=1)
-        feats = net._phase_advance(low)  # (1, 2 F, m)
-    assert torch.allclose(feats[0, k, 2:], torch.full_like(feats[0, k, 2:], -1.0), atol=1e-3)
-    assert feats[0, 8 + k, 2:].abs().max() < 1e-3
+        feats = net._phasors(net._windows(low))  # (1, m, 2 F)
+    assert torch.allclose(feats[0, 2:, k], torch.full_like(feats[0, 2:, k], -1.0), atol=1e-3)
+    assert feats[0, 2:, 8 + k].abs().max() < 1e-3
 
 
 def test_deep_filter_exports_exactly(tmp_path) -> None:

@@ -37,21 +37,18 @@ def _worker(path: str, seconds: float, threads: int, conn) -> None:
     import resource
 
     import numpy as np
-    import onnxruntime as ort
+
+    from edgessm.runtime.session import StepModel
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # as the runtime's StepModel
-    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    model = StepModel(path, threads=threads)  # the runtime's session options and its way of calling the graph
+    sess = model.session
     meta = sess.get_modelmeta().custom_metadata_map
     inputs = sess.get_inputs()
     chunk, rate = int(meta["chunk"]), int(meta.get("sample_rate", 16000))
     rng = np.random.default_rng(0)
     x = (0.1 * rng.normal(size=int(seconds * rate) // chunk * chunk)).astype(np.float32)
-    state = [np.zeros(i.shape, np.float32) for i in inputs[1:]]
-    names = [i.name for i in inputs]
+    step = model.stepper([np.zeros(i.shape, np.float32) for i in inputs[1:]])
     conn.send(len(x) // chunk)
     pos = 0
     while (n := conn.recv()) is not None:
@@ -59,12 +56,10 @@ def _worker(path: str, seconds: float, threads: int, conn) -> None:
         for k in range(ROUND_WARMUP + n):  # each turn re-warms the caches the other graphs' turns took over
             if pos + chunk > len(x):
                 pos = 0  # warm-up chunks come on top of the audio: wrap around
-            feed = dict(zip(names, [x[pos : pos + chunk].reshape(1, 1, chunk), *state], strict=True))
             t0 = time.perf_counter()
-            out = sess.run(None, feed)
+            step(x[pos : pos + chunk])
             if k >= ROUND_WARMUP:
                 lat.append(time.perf_counter() - t0)
-            state = out[1:]
             pos += chunk
         conn.send(lat)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

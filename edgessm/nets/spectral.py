@@ -145,10 +145,14 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         frames = torch.cat([blocks[:, :-1], blocks[:, 1:]], dim=-1)
         return frames, blocks[:, -1:].reshape(b, 1, hop)
 
+    def _analyse(self, frames: Tensor) -> Tensor:
+        """Frames ``(B, m, n_fft)`` -> windowed real DFT ``[Re | Im]`` ``(B, m, 2 bins)``."""
+        return frames @ self.analysis
+
     def _features(self, spec: Tensor) -> Tensor:
-        """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> normalised log powers ``(B, features, m)``."""
+        """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> normalised log powers ``(B, m, features)``."""
         logs = torch.log(self._powers(spec) + self.cfg.floor)
-        return ((logs - self.shift) * self.scale).transpose(1, 2)
+        return (logs - self.shift) * self.scale
 
     def _coarse_gains(self, h: Tensor) -> Tensor:
         """Block output ``(B, C, m)`` -> the network's own gains ``(B, m, bands + fine_bins)`` in (0, 1)."""
@@ -168,8 +172,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         ``(B, m, bands + fine_bins)``; ``valid`` is 0 where the frame holds no signal (no answer exists).
         ``exponent`` 0.5 is the amplitude ratio, 1 the Wiener gain (more noise and more speech removed)."""
         zeros = noisy.new_zeros(int(noisy.shape[0]), 1, self.hop)
-        s = self._powers(self._frames(clean, zeros)[0] @ self.analysis)
-        n = self._powers(self._frames(noisy - clean, zeros)[0] @ self.analysis)
+        s = self._powers(self._analyse(self._frames(clean, zeros)[0]))
+        n = self._powers(self._analyse(self._frames(noisy - clean, zeros)[0]))
         total = s + n
         return (s / total.clamp_min(floor)) ** exponent, (total > floor).to(s.dtype)
 
@@ -177,7 +181,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """``x (B, 1, T)`` masked with given gains ``(B, T / hop, bands + fine_bins)`` (e.g. :meth:`oracle_gains`)
         through the same DFT, band spreading and overlap-add as the network: ``(B, 1, T)``, ``delay`` late."""
         zeros = x.new_zeros(int(x.shape[0]), 1, self.hop)
-        return self._synthesise(self._frames(x, zeros)[0] @ self.analysis, gains, zeros)[0]
+        return self._synthesise(self._analyse(self._frames(x, zeros)[0]), gains, zeros)[0]
 
     def _synthesise(self, spec: Tensor, gains: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Spectra ``(B, m, 2 bins)`` masked by gains ``(B, m, bands + fine_bins)`` after ``tail`` -> the
@@ -195,44 +199,70 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         f = self.df_bins
         return torch.cat([spec[..., :f], spec[..., self.bins : self.bins + f]], dim=-1)
 
-    def _phase_advance(self, low: Tensor) -> Tensor:
-        """Frames of deep-filter bins ``(B, P + m, 2 F)`` (``P`` earlier ones first) -> the unit phasor of
-        ``X_t conj(X_{t-1})`` for the last ``m``, as features ``(B, 2 F, m)`` (``[cos | sin]``; 0 in silence)."""
-        f, p = self.df_bins, self.df_past
-        cur, prev = low[:, p:], low[:, p - 1 : int(low.shape[1]) - 1]
-        cr, ci, pr, pi = cur[..., :f], cur[..., f:], prev[..., :f], prev[..., f:]
-        re, im = cr * pr + ci * pi, ci * pr - cr * pi
-        norm = torch.sqrt(re * re + im * im + self.cfg.floor**2)
-        return torch.cat([re / norm, im / norm], dim=-1).transpose(1, 2)
+    def _windows(self, low: Tensor) -> Tensor:
+        """Frames of deep-filter bins ``(B, P + m, 2 F)`` (``P`` earlier ones first) -> for each of the last ``m``
+        the window of it and the ``P`` frames before it, ``[X_{t-P} | ... | X_t]``: ``(B, m, (P + 1) 2 F)``
+        (a live 10 ms call: one reshape)."""
+        b, p = int(low.shape[0]), self.df_past
+        m = int(low.shape[1]) - p
+        if m == 1:
+            return low.reshape(b, 1, -1)
+        return torch.cat([low[:, i : i + m] for i in range(p + 1)], dim=-1)
+
+    def _phasors(self, window: Tensor) -> Tensor:
+        """Windows ``(B, m, (P + 1) 2 F)`` -> the unit phasors of the deep-filter bins' phase advances
+        ``X_t conj(X_{t-1})``, ``(B, m, 2 F)`` (``[cos | sin]``; 0 in silence).
+
+        ``Re = X_re P_re + X_im P_im`` and ``Im = X_im P_re - X_re P_im`` (``P = X_{t-1}``) are one product of
+        two gathers and one constant matrix; the norm is one more (few nodes in the 10 ms graph)."""
+        pair = window[..., self.pa_a] * window[..., self.pa_b]  # (B, m, 4F): the four products
+        u = pair @ self.pa_sum  # (B, m, 2F): [Re | Im]
+        return u / torch.sqrt((u * u) @ self.pa_norm + self.cfg.floor**2)
+
+    def _phase_features(self, window: Tensor) -> Tensor:
+        """What the phase advances add to the features: :meth:`_phasors` through the projection ``df_in``,
+        ``(B, m, features)``."""
+        return self._phasors(window) @ self.df_in.weight[:, :, 0].T + self.df_in.bias
 
     def _deep_filter_maps(self, order: int, f: int) -> None:
-        """Constant index maps of the filter on a window of frames ``[X_{t-K+1} | ... | X_t]`` (each ``[Re | Im]``
-        of the ``f`` bins): the 10 ms graph is bound by its node count, so the complex products of all ``K``
-        taps are a few whole-window nodes (gathers and products) rather than a loop of slices per tap."""
-        c, n = 2 * f, order * 2 * f
+        """Constant index maps of the phase advances and the filter on windows ``[X_{t-P} | ... | X_t]`` (each
+        ``[Re | Im]`` of the ``f`` bins): per-node costs weigh in the 10 ms graph, so the complex products of
+        all taps are a few whole-window nodes (gathers, products, constant matrices) rather than slices per tap."""
+        c, p = 2 * f, self.df_past
+        j = torch.arange(f)
+        cur, prev = p * c, (p - 1) * c  # where X_t and X_{t-1} start in the window
+        self.register_buffer("pa_a", torch.cat([cur + j, cur + f + j, cur + f + j, cur + j]), persistent=False)
+        self.register_buffer("pa_b", torch.cat([prev + j, prev + f + j, prev + j, prev + f + j]), persistent=False)
+        total = torch.zeros(4 * f, c)  # [Xr Pr | Xi Pi | Xi Pr | Xr Pi] -> [Re | Im]
+        total[j, j] = total[f + j, j] = total[2 * f + j, f + j] = 1.0
+        total[3 * f + j, f + j] = -1.0
+        self.register_buffer("pa_sum", total, persistent=False)
+        norm = torch.zeros(c, c)  # [Re^2 | Im^2] -> [|u|^2 | |u|^2]
+        for a in (j, f + j):
+            norm[a, j] = norm[a, f + j] = 1.0
+        self.register_buffer("pa_norm", norm, persistent=False)
+        # the filter's taps: the last ``order`` frames of the window (all of it when order >= 2)
+        n, skip = order * c, (p + 1 - order) * c
         pos = torch.arange(n)
-        w, r, j = pos // c, (pos % c) // f, pos % f  # window frame, re/im, bin of each window entry
-        k = order - 1 - w  # frame w of the window is X_{t-k}; d's channels are [k][re, im][bin]
-        self.register_buffer("df_dr", k * c + j, persistent=False)  # d_re of the tap, for re and im alike
-        self.register_buffer("df_di", k * c + f + j, persistent=False)
-        self.register_buffer("df_swap", w * c + (1 - r) * f + j, persistent=False)  # [Re | Im] -> [Im | Re]
-        self.register_buffer("df_sign", torch.where(r == 0, -1.0, 1.0), persistent=False)  # -> [-Im | Re]
-        self.register_buffer("df_sum", (pos[:, None] % c == torch.arange(c)[None, :]).float(), persistent=False)
+        w, r, jj = pos // c, (pos % c) // f, pos % f  # tap frame, re/im, bin of each tap entry
+        k = order - 1 - w  # tap frame w is X_{t-k}; d's channels are [k][re, im][bin]
+        # For each tap, ``d X = (d_re + i d_im)(X_re + i X_im)``, i.e. ``[Re | Im] = d_re [X_re | X_im]
+        # + d_im [-X_im | X_re]``: one gather puts the coefficients in that layout, one the taps (``[X | swapped
+        # X]``), and one constant matrix sums the products over the taps with the signs
+        self.register_buffer("df_rows", torch.cat([k * c + jj, k * c + f + jj]), persistent=False)
+        self.register_buffer("df_taps", skip + torch.cat([pos, w * c + (1 - r) * f + jj]), persistent=False)
+        sign = torch.cat([torch.ones(n), torch.where(r == 0, -1.0, 1.0)])
+        self.register_buffer("df_sum", sign[:, None] * (torch.arange(2 * n)[:, None] % c == torch.arange(c)),
+                             persistent=False)  # fmt: skip
         place = torch.zeros(c, 2 * self.bins)  # [Re | Im] of the F bins -> [Re | Im] of all bins
         place[torch.arange(c), torch.arange(c) // f * self.bins + torch.arange(c) % f] = 1.0
         self.register_buffer("df_place", place, persistent=False)
 
-    def _deep_filter(self, masked: Tensor, low: Tensor, h: Tensor) -> Tensor:
+    def _deep_filter(self, masked: Tensor, window: Tensor, h: Tensor) -> Tensor:
         """Add ``Σ_k d_{t,k} X_{t-k}`` to the deep-filter bins of the masked spectra ``(B, m, 2 bins)``;
-        ``low (B, P + m, 2 F)`` the unmasked bins with ``P`` earlier frames, ``h`` the blocks' output.
-
-        For each tap, ``d X = (d_re + i d_im)(X_re + i X_im)``, i.e.
-        ``[Re | Im] = d_re [X_re | X_im] + d_im [-X_im | X_re]``."""
-        m, order, p = int(masked.shape[1]), self.cfg.df_order, self.df_past
+        ``window`` the unmasked bins' windows (:meth:`_windows`), ``h`` the blocks' output ``(B, C, m)``."""
         d = torch.tanh(self.df_head(h)).transpose(1, 2)  # (B, m, K 2F)
-        first = p - order + 1  # X_{t-K+1} of the first output frame
-        window = torch.cat([low[:, first + i : first + i + m] for i in range(order)], dim=-1)  # (B, m, K 2F)
-        taps = d[..., self.df_dr] * window + d[..., self.df_di] * (window[..., self.df_swap] * self.df_sign)
+        taps = d[..., self.df_rows] * window[..., self.df_taps]  # (B, m, 2 K 2F)
         return masked + (taps @ self.df_sum) @ self.df_place  # summed over the taps, placed in the F bins
 
     def _overlap_add(self, frames: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
@@ -253,12 +283,14 @@ class SpectralDenoiser(ElasticBudget, Streamable):
             history, tail = state[0], state[-1]
             past = state[-2] if self.df_bins else None
         frames, history = self._frames(x, history)
-        spec = frames @ self.analysis  # (B, m, 2 bins)
+        spec = self._analyse(frames)  # (B, m, 2 bins)
         h = self._features(spec)
-        low = None
+        low = window = None
         if self.df_bins:
             low = torch.cat([past, self._low(spec)], dim=1)  # (B, P + m, 2 F)
-            h = h + self.df_in(self._phase_advance(low))
+            window = self._windows(low)
+            h = h + self._phase_features(window)
+        h = h.transpose(1, 2)  # (B, features, m)
         new: State = [history]
         pos = 1
         for block in self.blocks:
@@ -272,7 +304,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         coarse = self._coarse_gains(h)
         out = self._masked(spec, coarse)
         if low is not None:
-            out = self._deep_filter(out, low, h)
+            out = self._deep_filter(out, window, h)
             new.append(low[:, -self.df_past :])
         y, tail = self._overlap_add(out @ self.synthesis, tail)
         return y, [*new, tail], coarse, out
@@ -291,7 +323,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
 
     def spectra(self, x: Tensor) -> Tensor:
         """The frames ``(B, T / hop, 2 bins)`` (``[Re | Im]``) the network enhances, for ``x (B, 1, T)``."""
-        return self._frames(x, x.new_zeros(int(x.shape[0]), 1, self.hop))[0] @ self.analysis
+        return self._analyse(self._frames(x, x.new_zeros(int(x.shape[0]), 1, self.hop))[0])
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)

@@ -92,11 +92,16 @@ class StepModel:
         return [s.copy() for s in self._start]
 
     def run(self, chunk: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """One graph call: ``chunk`` ``(chunk,)`` float32 at the graph's rate -> ``(output, new state)``."""
+        """One graph call: ``chunk`` ``(chunk,)`` float32 at the graph's rate -> ``(output, new state)``.
+        Functional (the caller keeps the state); a stream of calls is cheaper through :meth:`stepper`."""
         feed = {self._inputs[0]: np.asarray(chunk, np.float32).reshape(1, 1, self.info.chunk)}
         feed.update(zip(self._inputs[1:], state, strict=True))
         out = self.session.run(self._outputs, feed)
         return out[0][0], out[1:]
+
+    def stepper(self, state: list[np.ndarray] | None = None) -> Stepper:
+        """A :class:`Stepper` for one stream of calls, from ``state`` (default :meth:`initial_state`)."""
+        return Stepper(self, self.initial_state() if state is None else state)
 
     def process(self, audio: np.ndarray) -> np.ndarray:
         """A whole recording ``(T,)`` at the graph's rate from :meth:`initial_state`: the outputs of every
@@ -104,10 +109,8 @@ class StepModel:
         chunk = self.info.chunk
         x = np.zeros(-(-len(audio) // chunk) * chunk, np.float32)
         x[: len(audio)] = audio
-        state, outs = self.initial_state(), []
-        for pos in range(0, len(x), chunk):
-            y, state = self.run(x[pos : pos + chunk], state)
-            outs.append(y)
+        step = self.stepper()
+        outs = [step(x[pos : pos + chunk]) for pos in range(0, len(x), chunk)]
         return np.concatenate(outs, axis=-1) if outs else np.zeros((*self.output_shape[:-1], 0), np.float32)
 
     @property
@@ -117,6 +120,78 @@ class StepModel:
 
     def create_stream(self) -> Stream:
         return Stream(self)
+
+
+class Stepper:
+    """One stream of graph calls with the state kept inside: ``step(chunk) -> output``.
+
+    The same numbers as :meth:`StepModel.run`, cheaper per call: the graph reads its inputs from and writes
+    its outputs into buffers bound to the session once (onnxruntime IO bindings), two sets of state buffers
+    taking turns as input and output, so a call builds no feed dictionary and allocates no arrays. For a
+    10 ms denoiser call that is a large part of the cost (the call itself is a few hundred small nodes).
+    Graphs with a dynamic or non-float32 input or output fall back to :meth:`StepModel.run`.
+
+    Args:
+        model: the graph.
+        state: the state to start from (copied), e.g. :meth:`StepModel.initial_state`.
+    """
+
+    def __init__(self, model: StepModel, state: list[np.ndarray]) -> None:
+        import onnxruntime as ort
+
+        self.model = model
+        sess = model.session
+        ios = [*sess.get_inputs(), *sess.get_outputs()]
+        self._bound = all(io.type == "tensor(float)" and all(isinstance(d, int) for d in io.shape) for io in ios)
+        if not self._bound:
+            self._state = [np.array(s, np.float32) for s in state]
+            return
+        inputs, outputs = sess.get_inputs(), sess.get_outputs()
+        self._chunk = np.zeros(inputs[0].shape, np.float32)
+        self._out = np.zeros(outputs[0].shape, np.float32)
+        self._buffers = [[np.zeros(i.shape, np.float32) for i in inputs[1:]] for _ in range(2)]
+        value = ort.OrtValue.ortvalue_from_numpy  # wraps the array's memory, no copy
+        self._values, self._bindings = [], []
+        for k in (0, 1):  # call k reads state set k and writes set 1 - k
+            b = sess.io_binding()
+            pairs = [(inputs[0].name, self._chunk, b.bind_ortvalue_input)]
+            pairs += [(i.name, a, b.bind_ortvalue_input) for i, a in zip(inputs[1:], self._buffers[k], strict=True)]
+            pairs += [(outputs[0].name, self._out, b.bind_ortvalue_output)]
+            pairs += [(o.name, a, b.bind_ortvalue_output) for o, a in zip(outputs[1:], self._buffers[1 - k],
+                                                                           strict=True)]  # fmt: skip
+            for name, array, bind in pairs:
+                v = value(array)
+                bind(name, v)
+                self._values.append(v)  # the bindings refer to these
+            self._bindings.append(b)
+        self._k = 0
+        self.state = state
+
+    @property
+    def state(self) -> list[np.ndarray]:
+        """A copy of the state the next call starts from."""
+        return [a.copy() for a in (self._buffers[self._k] if self._bound else self._state)]
+
+    @state.setter
+    def state(self, state: list[np.ndarray]) -> None:
+        if not self._bound:
+            self._state = [np.array(s, np.float32) for s in state]
+            return
+        current = self._buffers[self._k]
+        if len(state) != len(current):
+            raise ValueError(f"{len(state)} state tensors given, the graph has {len(current)}")
+        for buf, s in zip(current, state, strict=True):
+            buf[...] = np.asarray(s, np.float32).reshape(buf.shape)
+
+    def __call__(self, chunk: np.ndarray) -> np.ndarray:
+        """One call: ``chunk`` ``(chunk,)`` float32 at the graph's rate -> the output without the batch axis."""
+        if not self._bound:
+            y, self._state = self.model.run(chunk, self._state)
+            return y
+        self._chunk.reshape(-1)[:] = np.asarray(chunk, np.float32).reshape(-1)
+        self.model.session.run_with_iobinding(self._bindings[self._k])
+        self._k = 1 - self._k
+        return self._out[0].copy()
 
 
 class Stream:
@@ -135,7 +210,7 @@ class Stream:
     on_audio = None  # optional callable receiving every block of graph-rate audio fed to the model
 
     def reset(self) -> None:
-        self.state = self.model.initial_state()
+        self._step = self.model.stepper()
         self._buf = np.zeros(0, np.float32)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (output, the chunk of audio it came from)
         self._resampler = None
@@ -146,7 +221,16 @@ class Stream:
     def restart_state(self) -> None:
         """Start the recurrent state over (the graph's initial state) for the chunks still to come;
         buffered audio, resampler and clock carry on."""
-        self.state = self.model.initial_state()
+        self._step.state = self.model.initial_state()
+
+    @property
+    def state(self) -> list[np.ndarray]:
+        """A copy of the recurrent state the next chunk starts from (one array per graph state input)."""
+        return self._step.state
+
+    @state.setter
+    def state(self, state: list[np.ndarray]) -> None:
+        self._step.state = state
 
     def accept_waveform(self, sample_rate: int, samples: np.ndarray) -> None:
         """Append mono float samples in [-1, 1] recorded at ``sample_rate``."""
@@ -173,7 +257,7 @@ class Stream:
         chunk = self.model.info.chunk
         while len(self._buf) >= chunk:
             x = self._buf[:chunk]
-            y, self.state = self.model.run(x, self.state)
+            y = self._step(x)
             self._buf = self._buf[chunk:]
             self._pending.append((y, x))
             self.chunks_done += 1
