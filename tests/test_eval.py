@@ -102,6 +102,7 @@ class EnergyModel:
         return []
 
     process = StepModel.process  # the real chunk loop over this stand-in's run()
+    stepper = StepModel.stepper
 
     def run(self, chunk, state):
         e = np.sqrt(np.mean(chunk.reshape(-1, 64) ** 2, axis=1))

@@ -129,7 +129,8 @@ class Stepper:
     its outputs into buffers bound to the session once (onnxruntime IO bindings), two sets of state buffers
     taking turns as input and output, so a call builds no feed dictionary and allocates no arrays. For a
     10 ms denoiser call that is a large part of the cost (the call itself is a few hundred small nodes).
-    Graphs with a dynamic or non-float32 input or output fall back to :meth:`StepModel.run`.
+    Graphs with a dynamic or non-float32 input or output (and stand-ins without a session) fall back to
+    :meth:`StepModel.run`.
 
     Args:
         model: the graph.
@@ -140,9 +141,11 @@ class Stepper:
         import onnxruntime as ort
 
         self.model = model
-        sess = model.session
-        ios = [*sess.get_inputs(), *sess.get_outputs()]
-        self._bound = all(io.type == "tensor(float)" and all(isinstance(d, int) for d in io.shape) for io in ios)
+        sess = getattr(model, "session", None)  # a stand-in with only run() and initial_state() is called through run()
+        ios = [*sess.get_inputs(), *sess.get_outputs()] if sess is not None else []
+        self._bound = bool(ios) and all(
+            io.type == "tensor(float)" and all(isinstance(d, int) for d in io.shape) for io in ios
+        )
         if not self._bound:
             self._state = [np.array(s, np.float32) for s in state]
             return
