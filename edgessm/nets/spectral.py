@@ -145,10 +145,6 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         frames = torch.cat([blocks[:, :-1], blocks[:, 1:]], dim=-1)
         return frames, blocks[:, -1:].reshape(b, 1, hop)
 
-    def _analyse(self, frames: Tensor) -> Tensor:
-        """Frames ``(B, m, n_fft)`` -> windowed real DFT ``[Re | Im]`` ``(B, m, 2 bins)``."""
-        return frames @ self.analysis
-
     def _features(self, spec: Tensor) -> Tensor:
         """``[Re | Im]`` spectra ``(B, m, 2 bins)`` -> normalised log powers ``(B, m, features)``."""
         logs = torch.log(self._powers(spec) + self.cfg.floor)
@@ -172,8 +168,8 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         ``(B, m, bands + fine_bins)``; ``valid`` is 0 where the frame holds no signal (no answer exists).
         ``exponent`` 0.5 is the amplitude ratio, 1 the Wiener gain (more noise and more speech removed)."""
         zeros = noisy.new_zeros(int(noisy.shape[0]), 1, self.hop)
-        s = self._powers(self._analyse(self._frames(clean, zeros)[0]))
-        n = self._powers(self._analyse(self._frames(noisy - clean, zeros)[0]))
+        s = self._powers(self._frames(clean, zeros)[0] @ self.analysis)
+        n = self._powers(self._frames(noisy - clean, zeros)[0] @ self.analysis)
         total = s + n
         return (s / total.clamp_min(floor)) ** exponent, (total > floor).to(s.dtype)
 
@@ -181,7 +177,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """``x (B, 1, T)`` masked with given gains ``(B, T / hop, bands + fine_bins)`` (e.g. :meth:`oracle_gains`)
         through the same DFT, band spreading and overlap-add as the network: ``(B, 1, T)``, ``delay`` late."""
         zeros = x.new_zeros(int(x.shape[0]), 1, self.hop)
-        return self._synthesise(self._analyse(self._frames(x, zeros)[0]), gains, zeros)[0]
+        return self._synthesise(self._frames(x, zeros)[0] @ self.analysis, gains, zeros)[0]
 
     def _synthesise(self, spec: Tensor, gains: Tensor, tail: Tensor) -> tuple[Tensor, Tensor]:
         """Spectra ``(B, m, 2 bins)`` masked by gains ``(B, m, bands + fine_bins)`` after ``tail`` -> the
@@ -283,7 +279,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
             history, tail = state[0], state[-1]
             past = state[-2] if self.df_bins else None
         frames, history = self._frames(x, history)
-        spec = self._analyse(frames)  # (B, m, 2 bins)
+        spec = frames @ self.analysis  # (B, m, 2 bins)
         h = self._features(spec)
         low = window = None
         if self.df_bins:
@@ -323,7 +319,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
 
     def spectra(self, x: Tensor) -> Tensor:
         """The frames ``(B, T / hop, 2 bins)`` (``[Re | Im]``) the network enhances, for ``x (B, 1, T)``."""
-        return self._analyse(self._frames(x, x.new_zeros(int(x.shape[0]), 1, self.hop))[0])
+        return self._frames(x, x.new_zeros(int(x.shape[0]), 1, self.hop))[0] @ self.analysis
 
     def step(self, x: Tensor, state: State) -> tuple[Tensor, State]:
         self.check_chunk(x)
