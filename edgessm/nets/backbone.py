@@ -19,6 +19,8 @@ from edgessm.ssm.discretize import DiagonalModes
 from edgessm.ssm.filterbank import FilterbankFront
 from edgessm.ssm.rtf import RationalSSM
 
+from .spectrogram import SpectrogramFront
+
 WAVEFORM_RATE = 16000.0  # Hz of every network's input; a block's rate is this divided by the resampling before it
 
 
@@ -82,7 +84,7 @@ class BlockOptions(ElasticOptions):
         return kw
 
 
-FRONTS = ("waveform", "filterbank")
+FRONTS = ("waveform", "filterbank", "spectrogram")
 
 
 @dataclass
@@ -93,12 +95,16 @@ class FrontOptions:
     ``front = "filterbank"``: a :class:`~edgessm.ssm.filterbank.FilterbankFront`, the log energies of
     ``front_bands`` learnable SSM band-pass filters (``front_states`` modes each), one frame per
     ``front_pool`` samples; the blocks then start at ``16000 / front_pool`` Hz with ``front_bands`` channels.
+    ``front = "spectrogram"``: a :class:`~edgessm.nets.spectrogram.SpectrogramFront`, the log energies of
+    ``front_bands`` learnable band weightings of a fixed ``front_window``-sample short-time power spectrum,
+    at the same frame rate and times (a fraction of the filterbank front's cost).
     """
 
     front: str = "waveform"
     front_bands: int = 40
     front_states: int = 1
     front_pool: int = 160
+    front_window: int = 256  # the spectrogram front's frame (and DFT) length in samples
 
     def make_front(self, rate: float = WAVEFORM_RATE) -> tuple[list[Streamable], int, float]:
         """``(layers, channels out, rate out)`` of the front at input ``rate`` Hz."""
@@ -106,7 +112,10 @@ class FrontOptions:
             raise ValueError(f"front must be one of {', '.join(FRONTS)}, got {self.front!r}")
         if self.front == "waveform":
             return [], 1, rate
-        layer = FilterbankFront(self.front_bands, self.front_states, self.front_pool, rate)
+        if self.front == "spectrogram":
+            layer: Streamable = SpectrogramFront(self.front_bands, self.front_pool, self.front_window, rate)
+        else:
+            layer = FilterbankFront(self.front_bands, self.front_states, self.front_pool, rate)
         return [layer], self.front_bands, rate / self.front_pool
 
 
