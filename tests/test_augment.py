@@ -295,10 +295,11 @@ def test_rt60_estimate_on_known_decay() -> None:
         assert rt60_schroeder(h) == pytest.approx(rt, rel=0.1)
 
 
-def test_simulated_rirs_rt60_cache_and_determinism(tmp_path, monkeypatch) -> None:
+def test_simulated_rirs_rt60_cache_and_determinism(tmp_path, monkeypatch, capsys) -> None:
     pytest.importorskip("pyroomacoustics")
     cfg = RoomSimConfig(rt60_s=(0.2, 0.45), room_max_m=(5.0, 4.5, 3.0))
     bank = RirBank.simulated(3, seed=7, config=cfg, cache_dir=tmp_path)
+    assert "simulating 3 room responses once (cached in" in capsys.readouterr().err  # minutes on a fresh machine
     assert len(bank) == 3 and len(list(tmp_path.glob("shoebox-*.npz"))) == 1
     for h, rt in zip(bank.rirs, bank.rt60_s, strict=True):
         assert np.sum(h.astype(np.float64) ** 2) == pytest.approx(1.0, abs=1e-5)
@@ -315,6 +316,7 @@ def test_simulated_rirs_rt60_cache_and_determinism(tmp_path, monkeypatch) -> Non
 
     monkeypatch.setattr(rir_mod, "simulate_rir", no_sim)
     again = RirBank.simulated(2, seed=7, config=cfg, cache_dir=tmp_path)
+    assert "simulating" not in capsys.readouterr().err  # from the cache: nothing to say
     for a, b in zip(again.rirs, bank.rirs[:2], strict=True):
         np.testing.assert_array_equal(a, b)
     monkeypatch.undo()

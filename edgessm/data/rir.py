@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -363,7 +364,14 @@ class RirBank:
         path = path / f"shoebox-{key}.npz"
         rirs, rts = _load_cache(path, params)
         if len(rirs) < n:
-            for i in range(len(rirs), n):
+            todo = range(len(rirs), n)
+            # minutes on a fresh machine (then cached): say so, and show progress where someone is watching
+            print(f"simulating {len(todo)} room responses once (cached in {path})", file=sys.stderr, flush=True)
+            if sys.stderr.isatty():
+                from tqdm import tqdm
+
+                todo = tqdm(todo, desc="room responses", unit="rir", leave=False)
+            for i in todo:
                 sim = simulate_rir(np.random.default_rng([int(seed), i]), cfg)
                 rirs.append(sim.rir)
                 rts.append(sim.rt60_s)
