@@ -33,12 +33,16 @@ def test_table_detail_and_json(shipped, capsys) -> None:
     assert "labels         37:" in out and "_silence_" in out
     assert "threshold      0.6" in out and "contrast gate  6 dB" in out  # the shipped decision (kws35 v12)
     assert "speech after" not in out  # kws35 (v9 on) ships without the speech-after gate
-    shutil.copytree(REPO_MODELS / "kws35-es", shipped / "kws35-es")  # a shipped spotter with the gate
+    shutil.copytree(REPO_MODELS / "kws35-es", shipped / "kws35-es")  # an elastic spotter: its budgets
     assert main(["models", "kws35-es"]) == 0
-    assert "speech after   no running speech after the word (mean _unknown_ <= 0.5" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "threshold      0.55" in out and "budgets        2, 3, 4, 6, 8, 12, 16, 24, 32" in out
+    assert "speech after" not in out  # kws35-es v6 ships without the speech-after gate (v2-v5 had it)
     assert main(["models", "--json"]) == 0
-    facts, _ = json.loads(capsys.readouterr().out)  # kws35, kws35-es
+    facts, es = json.loads(capsys.readouterr().out)  # kws35, kws35-es
     assert facts["task"] == "kws" and facts["params"] > 10_000 and facts["chunk_ms"] > 0
+    models._detail({**es, "speech_after": 0.5})  # a spotter exported with the gate (export --speech-after 0.5)
+    assert "speech after   no running speech after the word (mean _unknown_ <= 0.5" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no shipped model 'nope' \\(shipped: kws35, kws35-es\\)"):
         main(["models", "nope"])
 
