@@ -56,6 +56,9 @@ def test_streaming_equals_forward_for_any_chunking(window: int) -> None:
         assert y.shape == (2, 12, 40)
         assert rel_err(y, front(x)) < 1e-5
     assert len(state) == len(front.state_shapes()) == (window > 160)
+    with torch.no_grad():
+        empty, kept = front.step(x[..., :0], state)
+    assert empty.shape == (2, 12, 0) and all(torch.equal(a, b) for a, b in zip(kept, state, strict=True))
 
 
 def test_a_frame_is_the_window_that_ends_at_its_hop() -> None:

@@ -99,6 +99,8 @@ class SpectrogramFront(Streamable):
         new history."""
         b, p, h = int(x.shape[0]), self.pool, self.window - self.pool
         rows = x.reshape(b, int(x.shape[-1]) // p, p)  # (B, F, pool): frame m's last pool samples
+        if not rows.shape[1]:  # an empty chunk: no frame, the history stays
+            return x.new_zeros(b, 0, self.bands), history
         if h:
             before = torch.cat([history, rows[:, :-1, p - h :]], dim=1)  # (B, F, h): the h samples before each row
             frames, history = torch.cat([before, rows], dim=-1), rows[:, -1:, p - h :]
