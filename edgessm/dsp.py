@@ -1,4 +1,5 @@
-"""Small signal-processing constants shared by losses and networks: the ERB scale, ERB band matrices,
+"""Small signal-processing constants shared by losses and networks: the ERB scale, ERB band matrices
+(full-range filterbanks and the spectrogram front's bounded triangles),
 real DFT matrices and the square-root Hann window. Built in float64, returned as float32 tensors."""
 
 from __future__ import annotations
@@ -13,6 +14,30 @@ from torch import Tensor
 def hz_to_erb(f: Tensor | float) -> Tensor:
     """ERB-rate scale (Glasberg & Moore): ``21.4 log10(1 + 0.00437 f)``."""
     return 21.4 * torch.log10(1 + 0.00437 * torch.as_tensor(f, dtype=torch.float64))
+
+
+def erb_to_hz(e: Tensor) -> Tensor:
+    """The inverse of :func:`hz_to_erb`."""
+    return (10 ** (e / 21.4) - 1) / 0.00437
+
+
+def erb_triangles(bands: int, n: int, rate: float, f_min: float, f_max: float) -> Tensor:
+    """``(bands, bins)`` triangular weights over the DFT bins ``0 .. bins - 1`` of an ``n``-point DFT (``bins``:
+    up to the last band's upper edge), centres equally spaced on the ERB-rate scale from ``f_min`` to
+    ``f_max`` Hz, each at least one bin wide on either side (so narrow low bands still see a bin); rows sum
+    to 1."""
+    spacing = rate / n
+    lo, hi = float(hz_to_erb(f_min)), float(hz_to_erb(f_max))
+    step = (hi - lo) / max(bands - 1, 1)
+    erb = torch.linspace(lo, hi, bands, dtype=torch.float64)
+    centre = erb_to_hz(erb)
+    left = torch.clamp(centre - erb_to_hz(erb - step), min=spacing)
+    right = torch.clamp(erb_to_hz(erb + step) - centre, min=spacing)
+    bins = min(n // 2 + 1, int((centre[-1] + right[-1]) / spacing) + 1)
+    f = torch.arange(bins, dtype=torch.float64)[None, :] * spacing
+    c, lo_w, hi_w = centre[:, None], left[:, None], right[:, None]
+    tri = torch.clamp(torch.minimum((f - (c - lo_w)) / lo_w, ((c + hi_w) - f) / hi_w), min=0)
+    return (tri / tri.sum(-1, keepdim=True).clamp_min(1e-12)).float()
 
 
 @functools.lru_cache(maxsize=8)

@@ -123,3 +123,16 @@ def test_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space"):
         make_soup([a, b], tmp_path / "soup")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_a_model_folder_is_written_whole_and_never_over_another(tmp_path) -> None:
+    import numpy as np
+
+    from edgessm.deploy.load import write_model_folder
+
+    dest = write_model_folder(tmp_path / "m", {"w": np.arange(3, dtype=np.float32)}, {"network": "kws"})
+    assert sorted(p.name for p in dest.iterdir()) == ["model.json", "model.safetensors"]
+    assert json.loads((dest / "model.json").read_text()) == {"network": "kws"}
+    with pytest.raises(FileExistsError, match="never overwritten"):
+        write_model_folder(dest, {"w": np.zeros(1, np.float32)}, {})
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # no temporary folder left behind

@@ -10,7 +10,8 @@ import torch
 from conftest import random_chunks, randomize, rel_err
 
 from edgessm.nets import build_network
-from edgessm.nets.spectrogram import SpectrogramFront, erb_triangles
+from edgessm.dsp import erb_triangles
+from edgessm.nets.spectrogram import SpectrogramFront
 from edgessm.ssm import run_chunked
 from edgessm.ssm.filterbank import GAIN, SHIFT
 from edgessm.train.front_fit import fit_front, front_of, transplant

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,23 @@ def load_trained(name_or_path: str | os.PathLike, checkpoint: str | None = None)
             f"{weights} does not fit the {desc['network']} config: missing {missing}, unexpected {unexpected}"
         )
     return net.eval(), desc
+
+
+def write_model_folder(dest: str | os.PathLike, tensors: dict[str, Any], desc: dict[str, Any]) -> Path:
+    """Write a new model folder ``dest`` (``model.safetensors`` from ``tensors``, numpy arrays, and ``model.json``
+    from ``desc``) atomically: it appears whole or not at all, and an existing folder is refused, never
+    overwritten. Returns ``dest``."""
+    from safetensors.numpy import save_file
+
+    dest = Path(dest).expanduser()
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists: give a new folder (a model folder is never overwritten)")
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    tmp.mkdir(parents=True)
+    try:
+        save_file(tensors, str(tmp / "model.safetensors"))
+        (tmp / "model.json").write_text(json.dumps(desc, indent=1) + "\n")
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; after a failure, nothing half-written stays
+    return dest

@@ -20,37 +20,16 @@ network's time on a CPU (kws35-es: ~58% of a call at budget 4; the resonators' T
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 import torch
 from torch import Tensor, nn
 
-from edgessm.dsp import hz_to_erb, rdft_matrices
+from edgessm.dsp import erb_triangles, rdft_matrices, sqrt_hann
 from edgessm.ssm.filterbank import GAIN, SHIFT
 from edgessm.ssm.precision import float32_island
 from edgessm.ssm.resample import _check_length
 from edgessm.ssm.stream import Counts, State, Streamable
-
-
-def erb_triangles(bands: int, n: int, rate: float, f_min: float, f_max: float) -> Tensor:
-    """``(bands, bins)`` triangular weights over the DFT bins ``0 .. bins - 1`` of an ``n``-point DFT (``bins``:
-    up to the last band's upper edge), centres equally spaced on the ERB-rate scale from ``f_min`` to
-    ``f_max`` Hz, each at least one bin wide on either side (so narrow low bands still see a bin); rows sum
-    to 1."""
-    spacing = rate / n
-    lo, hi = float(hz_to_erb(f_min)), float(hz_to_erb(f_max))
-    step = (hi - lo) / max(bands - 1, 1)
-    erb = torch.linspace(lo, hi, bands, dtype=torch.float64)
-    to_hz = lambda e: (10 ** (e / 21.4) - 1) / 0.00437  # noqa: E731  (inverse of hz_to_erb)
-    centre = to_hz(erb)
-    left = torch.clamp(centre - to_hz(erb - step), min=spacing)
-    right = torch.clamp(to_hz(erb + step) - centre, min=spacing)
-    bins = min(n // 2 + 1, int((centre[-1] + right[-1]) / spacing) + 1)
-    f = torch.arange(bins, dtype=torch.float64)[None, :] * spacing
-    c, lo_w, hi_w = centre[:, None], left[:, None], right[:, None]
-    tri = torch.clamp(torch.minimum((f - (c - lo_w)) / lo_w, ((c + hi_w) - f) / hi_w), min=0)
-    return (tri / tri.sum(-1, keepdim=True).clamp_min(1e-12)).float()
 
 
 class SpectrogramFront(Streamable):
@@ -81,8 +60,7 @@ class SpectrogramFront(Streamable):
         self.bins = int(weights.shape[-1])
         forward, _ = rdft_matrices(window)  # (n, 2 (n/2 + 1)): [Re | Im]
         half = window // 2 + 1
-        t = torch.arange(window, dtype=torch.float64)
-        hann = (0.5 - 0.5 * torch.cos(2 * math.pi * t / window)).float()  # periodic
+        hann = sqrt_hann(window) ** 2  # the periodic Hann window
         dft = torch.cat([forward[:, : self.bins], forward[:, half : half + self.bins]], dim=1) * hann[:, None]
         self.register_buffer("dft", dft, persistent=False)  # (window, 2 bins): a constant, rebuilt from the config
         # band weights W = R² >= 0 (energies stay positive for any R); scaled so that white noise of unit

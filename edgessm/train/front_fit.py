@@ -9,7 +9,8 @@ in context),
 
 with the old network frozen, and the result -- the new front, the old blocks and head -- is written as a model
 folder that ``edgessm train RECIPE --init FOLDER`` fine-tunes end to end (the fitted features are close to
-the old ones, not equal, so the blocks need a short fine-tune to recover the old accuracy).
+the old ones, not equal, so the blocks need a short fine-tune to recover the old accuracy). The folder must be
+new (:func:`~edgessm.deploy.load.write_model_folder`).
 
     python -m edgessm.train.front_fit models/kws35-es --recipe kws_es_v4 --out runs/es_spectrogram_fit
 """
@@ -17,14 +18,10 @@ the old ones, not equal, so the blocks need a short fine-tune to recover the old
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -96,22 +93,6 @@ def recipe_batches(recipe: str, batch: int, steps: int, workers: int, seed: int,
         yield b["audio"].reshape(int(b["audio"].shape[0]), 1, -1).float()
 
 
-def write_folder(net: nn.Module, desc: dict[str, Any], out: Path, extra: dict[str, Any]) -> Path:
-    """``out/model.safetensors`` + ``out/model.json`` (``desc`` with ``extra`` under ``front_fit``), atomically."""
-    from safetensors.torch import save_file
-
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "model.safetensors"
-    tmp = path.with_suffix(".tmp")
-    save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()}, str(tmp))
-    os.replace(tmp, path)
-    meta = out / "model.json"
-    tmp = meta.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**desc, "front_fit": extra}, indent=1))
-    os.replace(tmp, meta)
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m edgessm.train.front_fit", description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="the trained network (a model folder or a shipped model name)")
@@ -127,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe overrides")
     args = ap.parse_args(argv)
 
-    from edgessm.deploy.load import load_trained
+    from edgessm.deploy.load import load_trained, write_model_folder
     from edgessm.nets import build_network
 
     torch.manual_seed(args.seed)
@@ -145,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     tail = losses[-max(1, args.steps // 10) :]
     extra = {"from": str(args.model), "recipe": args.recipe, "steps": args.steps, "batch": args.batch,
              "lr": args.lr, "first_mse": losses[0], "final_mse": sum(tail) / len(tail)}  # fmt: skip
-    path = write_folder(new.eval(), {**desc, "config": config}, Path(args.out), extra)
+    tensors = {k: v.detach().cpu().contiguous().numpy() for k, v in new.state_dict().items()}
+    path = write_model_folder(args.out, tensors, {**desc, "config": config, "front_fit": extra})
     print(f"wrote {path} (feature MSE {losses[0]:.4f} -> {extra['final_mse']:.4f})")
     return 0
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -88,7 +87,7 @@ def _source(name_or_path: str) -> tuple[Path, dict]:
 
 def make_soup(sources: list[str], out: str | os.PathLike, weights: list[float] | None = None) -> Path:
     """Average the model folders ``sources`` into the new folder ``out``; returns its path."""
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import load_file
 
     if len(sources) < 2:
         raise ValueError("a soup needs at least two models")
@@ -102,8 +101,10 @@ def make_soup(sources: list[str], out: str | os.PathLike, weights: list[float] |
             if desc.get(key) != first.get(key):
                 raise ValueError(f"{d} is another network than {found[0][0]} ({key} differs): only fine-tunes "
                                  "of one network can be averaged")  # fmt: skip
+    from edgessm.deploy.load import write_model_folder
+
     dest = Path(out).expanduser()
-    if dest.exists():
+    if dest.exists():  # before the averaging: say it at once
         raise FileExistsError(f"{dest} exists: give a new folder (a soup never overwrites a model)")
     averaged = average_weights([load_file(str(d / "model.safetensors")) for d in dirs], weights)
     w = [1.0] * len(dirs) if weights is None else [float(x) for x in weights]
@@ -112,15 +113,7 @@ def make_soup(sources: list[str], out: str | os.PathLike, weights: list[float] |
         {"source": str(s), "weight": x / sum(w), "sha256": sha256(d / "model.safetensors")}
         for s, d, x in zip(sources, dirs, w, strict=True)
     ]
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    tmp.mkdir(parents=True)
-    try:
-        save_file(averaged, str(tmp / "model.safetensors"))
-        (tmp / "model.json").write_text(json.dumps(desc, indent=1) + "\n")
-        os.replace(tmp, dest)  # the folder appears whole or not at all
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone after the rename; after a failure, nothing half-written stays
-    return dest
+    return write_model_folder(dest, averaged, desc)
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
