@@ -9,8 +9,8 @@ import pytest
 import torch
 from conftest import random_chunks, randomize, rel_err
 
-from edgessm.nets import build_network
 from edgessm.dsp import erb_triangles
+from edgessm.nets import build_network
 from edgessm.nets.spectrogram import SpectrogramFront
 from edgessm.ssm import run_chunked
 from edgessm.ssm.filterbank import GAIN, SHIFT
