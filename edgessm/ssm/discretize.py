@@ -22,6 +22,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from edgessm.dsp import erb_to_hz, hz_to_erb
+
 # Re(A) never gets closer to 0 than this: |Ā| < 1 strictly, the state stays bounded.
 MIN_DECAY = 1e-4
 TAIL = 1e-8  # a kernel's tail below this fraction of its start is left out of FFT convolutions
@@ -47,13 +49,12 @@ def auditory_modes(count: int, rate: float, low_hz: float = 50.0, high: float = 
     every resonance below ~300 Hz at 16 kHz, and the learned ``Δ`` moves them too slowly to reach the
     formants (a trained keyword spotter's first block still listened below 460 Hz).
     """
-    erb = lambda f: 21.4 * math.log10(1 + 0.00437 * f)  # noqa: E731  ERB-rate of f Hz
-    lo, hi = erb(low_hz), erb(high * rate / 2)
+    lo, hi = float(hz_to_erb(low_hz)), float(hz_to_erb(high * rate / 2))
     if count > 1:
         e = torch.linspace(lo, hi, count, dtype=torch.float64)
     else:
         e = torch.tensor([(lo + hi) / 2], dtype=torch.float64)
-    f = (10 ** (e / 21.4) - 1) / 0.00437
+    f = erb_to_hz(e)
     bandwidth = 24.7 * (4.37 * f / 1000 + 1)
     omega = 2 * math.pi * f / rate
     beta = torch.minimum(math.pi * bandwidth / rate, 0.5 * omega)
