@@ -9,12 +9,17 @@ app as a starting point. Usage::
 The wav must be mono or stereo PCM16 at the graph's sample rate (16 kHz); stereo is mixed down.
 What is printed depends on the graph's task: keyword-spotting frames with their best label,
 CTC transcripts, or (denoising) the path of the written audio.
+
+A graph with ``input_agc`` metadata wants its input through the level control of
+``edgessm/runtime/level.py`` (numpy only: copy it beside this file, or have edgessm installed); without it
+the audio goes in as it is and a note says so (quiet recordings then score lower).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import wave
@@ -59,6 +64,20 @@ def main() -> int:
     audio, file_rate = read_wav(args.wav)
     if file_rate != rate:
         raise SystemExit(f"{args.wav} is {file_rate} Hz; the graph wants {rate} Hz (resample it first, e.g. with sox)")
+    if meta.get("input_agc"):  # quiet input raised to the level the model was trained on (causal, boost-only)
+        try:
+            from edgessm.runtime.level import AgcConfig, apply_agc
+        except ImportError:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # a copy of level.py beside this file
+            try:
+                from level import AgcConfig, apply_agc
+            except ImportError:
+                AgcConfig = None
+        if AgcConfig is None:
+            print("note: the graph asks for the input level control (input_agc) and level.py is not here; "
+                  "feeding the audio as it is", file=sys.stderr)  # fmt: skip
+        else:
+            audio = apply_agc(audio, AgcConfig.from_json(meta["input_agc"]), rate)
     n = len(audio)
     # A graph whose output runs `delay_samples` behind its input (the spectral denoiser: one hop) gets
     # that many zeros more, and its output is read from `delay` on: the file stays aligned.

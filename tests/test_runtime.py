@@ -148,6 +148,34 @@ def test_export_kit_runner_streams_a_wav(kws_graph, tmp_path) -> None:
     assert out.shape == ref.shape and np.abs(out - ref).max() < 1e-3
 
 
+def test_export_kit_runner_applies_the_graphs_level_control_like_the_runtime(kws_graph, tmp_path) -> None:
+    import shutil
+    from pathlib import Path
+
+    from edgessm.data.audio import write_audio
+    from edgessm.deploy.metadata import set_graph_metadata
+    from edgessm.runtime.level import AgcConfig
+
+    _, path = kws_graph
+    graph = tmp_path / "agc.onnx"
+    shutil.copy(path, graph)
+    set_graph_metadata(graph, "input_agc", AgcConfig().to_json())
+    rng = np.random.default_rng(4)
+    x = (0.003 * rng.normal(size=128 * 200)).astype(np.float32)  # quiet: the control raises it
+    x[128 * 20 : 128 * 60] *= 10
+    write_audio(tmp_path / "in.wav", x, 16000)
+    runner = Path(__file__).resolve().parents[1] / "export" / "stream_wav.py"
+    subprocess.run([sys.executable, str(runner), str(graph), str(tmp_path / "in.wav"), "--out", str(tmp_path / "o.npy")],
+                   check=True, capture_output=True)  # fmt: skip
+    import soundfile as sf
+
+    x16 = sf.read(tmp_path / "in.wav", dtype="float32")[0]  # what the PCM16 file holds, as the kit reads it
+    ours = StepModel(graph).process(x16)
+    assert StepModel(graph).agc is not None
+    assert np.abs(np.load(tmp_path / "o.npy") - ours).max() < 1e-4
+    assert np.abs(StepModel(graph, agc=False).process(x16) - ours).max() > 1e-3  # the control made a difference
+
+
 def test_export_kit_runner_warms_the_state_up_like_the_runtime(tmp_path) -> None:
     """A graph whose output is its call count: with ``warmup_samples`` both runners start counting after it."""
     import json

@@ -748,6 +748,11 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     assert "max abs error" in capsys.readouterr().out
     model = StepModel(tmp_path / "graph" / "graph.onnx")  # the graph is named after its folder
     assert model.info.task == "kws" and model.info.labels[-2:] == ["_unknown_", "_silence_"]
+    from edgessm.runtime.level import AgcConfig
+
+    assert model.agc == AgcConfig()  # a keyword spotter's graph asks for the input level control by default
+    assert main(["export", str(run), "--out", str(tmp_path / "raw"), "--chunk", "32", "--agc", "off"]) == 0
+    assert StepModel(tmp_path / "raw" / "raw.onnx").agc is None
     with pytest.raises(SystemExit, match="multiple of the network's total stride"):
         main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "30"])
     # a run's checkpoint exports too (an unfinished run has no model.safetensors yet)

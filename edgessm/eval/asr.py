@@ -9,6 +9,8 @@ Test sets (:func:`test_set`), none of them ever trained on:
   its train split only);
 - ``fsdd-strings``: 3-5 of those test digits of one speaker joined with pauses ("four one nine");
 - ``sc-test``: real Speech Commands test words (the evaluation-only half of the official test set);
+- ``real-sentences-quiet``, ``sc-test-quiet``: those sets ``QUIET_DB`` (20 dB) quieter, as a quiet microphone
+  or a distant talker gives them (what the graph's input level control, ``edgessm.runtime.level``, is for);
 - ``real-stream``: the ``real-sentences`` joined into streams of ``STREAM_UTTERANCES`` with
   ``STREAM_PAUSE_S`` of silence between them, each scored as one utterance. The recogniser keeps its
   state across a stream as it does on a long file or a live microphone, while training utterances
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,8 +44,19 @@ from edgessm.data.labels import SC35_WORDS, SILENCE
 from edgessm.data.manifest import Clip, assign_split, read_manifest
 from edgessm.data.text import edit_distance
 
-SETS = ("synth-sentences", "synth-words", "real-sentences", "real-stream", "fsdd-digits", "fsdd-strings", "sc-test")
-CLOSED = ("synth-words", "fsdd-digits", "fsdd-strings", "sc-test")  # sets with a known small vocabulary
+SETS = (
+    "synth-sentences",
+    "synth-words",
+    "real-sentences",
+    "real-stream",
+    "fsdd-digits",
+    "fsdd-strings",
+    "sc-test",
+    "real-sentences-quiet",
+    "sc-test-quiet",
+)
+CLOSED = ("synth-words", "fsdd-digits", "fsdd-strings", "sc-test", "sc-test-quiet")  # a known small vocabulary
+QUIET_DB = -20.0  # the ``-quiet`` sets: the same recordings this much quieter (a quiet microphone)
 STREAM_UTTERANCES = 10  # sentences per joined stream (real-stream)
 STREAM_PAUSE_S = 1.5  # silence between them: longer than the endpointer's pause, so each ends a segment
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -102,6 +115,10 @@ def test_set(name: str, limit: int = 0, seed: int = 0) -> list[Utterance]:
         return fsdd_strings(limit or 100, seed)
     if name == "sc-test":
         return _clips(_sample([c for c in shared_sc_test() if c.text != SILENCE], limit or 400, seed))
+    if name.endswith("-quiet") and name.removesuffix("-quiet") in SETS:
+        k = 10 ** (QUIET_DB / 20)
+        return [replace(u, audio=(u.audio * k).astype(np.float32)) for u in test_set(name.removesuffix("-quiet"),
+                                                                                      limit, seed)]  # fmt: skip
     raise ValueError(f"unknown test set {name!r}; choose from {', '.join(SETS)}")
 
 
@@ -147,7 +164,7 @@ def vocabulary(name: str, utterances: Sequence[Utterance] = ()) -> list[str]:
     words, the synthetic corpus's single words; else the words of ``utterances``."""
     if name in ("fsdd-digits", "fsdd-strings"):
         return list(DIGITS)
-    if name == "sc-test":
+    if name in ("sc-test", "sc-test-quiet"):
         return sorted(SC35_WORDS)
     if name == "synth-words":
         clips = read_manifest(synth_manifest("default"))

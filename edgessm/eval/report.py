@@ -108,6 +108,16 @@ def kws_markdown(report: dict) -> str:
             lines.append(f"| {_threshold(row, th)} | {hit[0]} | {hit[1]} | {wrong[0]} / {wrong[1]} | "
                          f"{reach[0]} / {reach[1]} |")  # fmt: skip
         lines.append("")
+        quiet = report.get("quiet_sessions")
+        if quiet:
+            row = quiet["sweep"][0]
+            by = row["by_background"]["session-quiet"]
+            lines += [
+                f"A quiet microphone (the ten-command session {quiet['gain_db']:g} dB quieter: words at "
+                f"-45..-30 dBFS) at threshold {row['threshold']:g}: {_pct(by['detection_rate'])} of the "
+                f"commands, wrong word {_pct(by['wrong_words'] / max(1, by['hits'] + by['misses']))}.",
+                "",
+            ]
         lines += _session_words(sessions, th)
     return "\n".join(lines)
 

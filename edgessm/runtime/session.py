@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .level import AgcConfig, LevelControl, apply_agc
+
 SAMPLE_RATE = 16000
 
 
@@ -28,6 +30,7 @@ class GraphInfo:
     extra: dict[str, str]
     warmup_samples: int = 0  # a new stream starts from the state after this much silence (0: zeros)
     delay_samples: int = 0  # output sample t stands for input sample t - delay (a spectral denoiser's frame overlap)
+    agc: AgcConfig | None = None  # the input's level control (metadata ``input_agc``; :mod:`.level`), None: none
 
 
 def read_info(session) -> GraphInfo:
@@ -50,6 +53,7 @@ def read_info(session) -> GraphInfo:
         extra=meta,
         warmup_samples=int(meta.get("warmup_samples", 0)),
         delay_samples=int(meta.get("delay_samples", 0)),
+        agc=AgcConfig.from_json(meta["input_agc"]) if meta.get("input_agc") else None,
     )
 
 
@@ -59,9 +63,11 @@ class StepModel:
     Args:
         path: the ``.onnx`` file.
         threads: intra-op threads (1 is best for a single real-time stream).
+        agc: put the input through the level control the graph's metadata names (``input_agc``,
+            :mod:`.level`); ``False``: feed the audio as it is. ``self.agc`` holds the settings in use (or None).
     """
 
-    def __init__(self, path: str | os.PathLike, threads: int = 1) -> None:
+    def __init__(self, path: str | os.PathLike, threads: int = 1, agc: bool = True) -> None:
         import onnxruntime as ort
 
         path = Path(path)
@@ -74,6 +80,7 @@ class StepModel:
         self.path = path
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.info = read_info(self.session)
+        self.agc: AgcConfig | None = self.info.agc if agc else None
         self._inputs = [i.name for i in self.session.get_inputs()]
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._start: list[np.ndarray] | None = None  # initial_state(), computed once
@@ -105,10 +112,12 @@ class StepModel:
 
     def process(self, audio: np.ndarray) -> np.ndarray:
         """A whole recording ``(T,)`` at the graph's rate from :meth:`initial_state`: the outputs of every
-        chunk concatenated on their last axis (the tail is zero-padded to a whole chunk)."""
+        chunk concatenated on their last axis (the tail is zero-padded to a whole chunk), through the level
+        control first when ``self.agc`` is set (what a :class:`Stream` gives)."""
         chunk = self.info.chunk
+        agc = getattr(self, "agc", None)  # stand-ins borrowing this method may have none
         x = np.zeros(-(-len(audio) // chunk) * chunk, np.float32)
-        x[: len(audio)] = audio
+        x[: len(audio)] = audio if agc is None else apply_agc(audio, agc, self.info.sample_rate)
         step = self.stepper()
         outs = [step(x[pos : pos + chunk]) for pos in range(0, len(x), chunk)]
         return np.concatenate(outs, axis=-1) if outs else np.zeros((*self.output_shape[:-1], 0), np.float32)
@@ -199,7 +208,7 @@ class Stepper:
 
 class Stream:
     """One audio stream through a :class:`StepModel`: buffering to the graph's chunk, streaming
-    resampling from the caller's rate, and the recurrent state.
+    resampling from the caller's rate, the model's level control (``model.agc``) and the recurrent state.
 
     ``accept_waveform(rate, samples)`` takes any number of samples; ``outputs()`` yields one graph
     output per complete chunk; ``flush()`` pads the tail with zeros so every sample is processed;
@@ -210,7 +219,7 @@ class Stream:
         self.model = model
         self.reset()
 
-    on_audio = None  # optional callable receiving every block of graph-rate audio fed to the model
+    on_audio = None  # optional callable receiving every block of graph-rate audio fed, before the level control
 
     def reset(self) -> None:
         self._step = self.model.stepper()
@@ -218,6 +227,8 @@ class Stream:
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []  # (output, the chunk of audio it came from)
         self._resampler = None
         self._rate: int | None = None
+        agc = getattr(self.model, "agc", None)
+        self._agc = LevelControl(agc, self.model.info.sample_rate) if agc is not None else None
         self.samples_in = 0  # samples accepted, at the graph's rate
         self.chunks_done = 0
 
@@ -255,6 +266,8 @@ class Stream:
     def _append(self, x: np.ndarray) -> None:
         if self.on_audio is not None and len(x):
             self.on_audio(x)
+        if self._agc is not None:
+            x = self._agc.process(x)
         self.samples_in += len(x)
         self._buf = np.concatenate([self._buf, x]) if len(self._buf) else x
         chunk = self.model.info.chunk

@@ -1,0 +1,68 @@
+"""Change what a model folder's graphs say about their input, without exporting them again.
+
+    python -m edgessm.deploy.metadata models/kws35 --agc on     # its graphs ask for the input level control
+    python -m edgessm.deploy.metadata models/kws35 --agc off
+
+Only the graphs' metadata (``input_agc``, :mod:`edgessm.runtime.level`) changes: their nodes and weights stay
+byte for byte, so the exported numbers (PyTorch agreement, int8 calibration) still hold. Each graph is
+rewritten atomically and the manifest's sha256 list is brought up to date (its other fields kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from edgessm.atomic import atomic_path, write_text
+from edgessm.runtime.level import AgcConfig
+from edgessm.runtime.registry import sha256
+
+KEY = "input_agc"
+
+
+def set_graph_metadata(path: str | os.PathLike, key: str, value: str | None) -> None:
+    """Set (``None``: remove) one metadata entry of the ONNX graph at ``path``, in place, atomically."""
+    import onnx
+
+    proto = onnx.load(str(path))
+    kept = [(p.key, p.value) for p in proto.metadata_props if p.key != key]
+    del proto.metadata_props[:]
+    for k, v in kept + ([(key, value)] if value is not None else []):
+        proto.metadata_props.add(key=k, value=v)
+    with atomic_path(path) as tmp:
+        onnx.save(proto, str(tmp))
+
+
+def set_input_agc(folder: str | os.PathLike, config: AgcConfig | None) -> list[Path]:
+    """Every graph of the model folder asks for the level control ``config`` (``None``: none); the manifest's
+    hashes follow. Returns the graphs changed. ``FileNotFoundError`` without a manifest."""
+    folder = Path(folder)
+    manifest_path = folder / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{folder} has no manifest.json: not a model folder (edgessm export writes one)")
+    manifest = json.loads(manifest_path.read_text())
+    graphs = [folder / f for f in manifest["files"] if f.endswith(".onnx")]
+    for g in graphs:
+        set_graph_metadata(g, KEY, config.to_json() if config is not None else None)
+    manifest["files"] = {f: sha256(folder / f) for f in sorted(manifest["files"])}
+    write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
+    return graphs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", help="a model folder (graphs + manifest.json)")
+    ap.add_argument("--agc", choices=("on", "off"), required=True, help="the input level control (default settings)")
+    args = ap.parse_args(argv)
+    try:
+        changed = set_input_agc(args.folder, AgcConfig() if args.agc == "on" else None)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"edgessm.deploy.metadata: {e}") from None
+    print(f"{len(changed)} graphs: input_agc {args.agc}; manifest updated")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The input level control (edgessm.runtime.level): what it does to quiet, loud and steady input, that it is
+causal and chunking-invariant, and that a graph asking for it gets it in process() and in its streams."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgessm.runtime.level import AgcConfig, LevelControl, apply_agc
+from edgessm.runtime.session import StepModel
+
+SR = 16000
+MODELS = Path(__file__).resolve().parents[1] / "models"
+
+
+def dbfs(x: np.ndarray) -> float:
+    return 10 * np.log10(np.mean(np.square(x, dtype=np.float64)))
+
+
+def bursts(level_db: float, room_db: float, seconds: float = 8.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """'Words' (0.5 s of noise at ``level_db`` dBFS) every 1.5 s over a steady room at ``room_db``; and the
+    mask of the burst samples."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * SR)
+    x = rng.standard_normal(n) * 10 ** (room_db / 20)
+    mask = np.zeros(n, bool)
+    for start in range(int(0.5 * SR), n - SR // 2, int(1.5 * SR)):
+        mask[start : start + SR // 2] = True
+    x[mask] = rng.standard_normal(mask.sum()) * 10 ** (level_db / 20)
+    return x.astype(np.float32), mask
+
+
+def test_quiet_words_are_raised_to_the_target_and_loud_ones_left_alone() -> None:
+    cfg = AgcConfig()
+    quiet, mask = bursts(-42.0, -75.0)
+    y = apply_agc(quiet, cfg)
+    late = mask.copy()
+    late[: 3 * SR] = False  # after the first words
+    # speech peaks (10 ms frames of the bursts) brought near the target, never past it by more than a dB
+    assert cfg.target - 4 < dbfs(y[late]) < cfg.target + 1
+    loud, _ = bursts(-12.0, -44.0)  # a room above the noise cap, words above the target
+    assert np.allclose(apply_agc(loud, cfg), loud)  # louder than the target: gain 0, the same samples
+
+
+def test_the_room_is_not_pumped_up_and_the_gain_has_its_limits() -> None:
+    cfg = AgcConfig()
+    rng = np.random.default_rng(1)
+    room = (rng.standard_normal(5 * SR) * 10 ** (-65 / 20)).astype(np.float32)
+    assert np.array_equal(apply_agc(room), room)  # nothing stands out of a steady room: no gain at all
+    quiet, mask = bursts(-42.0, -65.0)
+    y = apply_agc(quiet)
+    pauses = ~mask
+    pauses[: 2 * SR] = False
+    assert dbfs(y[pauses]) < cfg.noise_cap + 1.5  # between the raised words the room stays below the cap
+    faint, mask = bursts(-80.0, -110.0)
+    gain = dbfs(apply_agc(faint)[3 * SR :][mask[3 * SR :]]) - dbfs(faint[3 * SR :][mask[3 * SR :]])
+    assert gain == pytest.approx(cfg.max_gain, abs=0.2)  # never more than max_gain
+    assert not np.any(apply_agc(np.zeros(SR, np.float32)))  # digital silence stays silence
+
+
+def test_any_chunking_gives_the_same_samples_and_no_sample_hears_the_future() -> None:
+    x, _ = bursts(-40.0, -70.0, seconds=4.0)
+    whole = apply_agc(x)
+    rng = np.random.default_rng(2)
+    control, parts, pos = LevelControl(), [], 0
+    while pos < len(x):
+        n = int(rng.integers(1, 900))
+        parts.append(control.process(x[pos : pos + n]))
+        pos += n
+    assert np.array_equal(np.concatenate(parts), whole)
+    cut = 2 * SR + 37
+    changed = x.copy()
+    changed[cut:] *= 30.0  # a loud future
+    assert np.array_equal(apply_agc(changed)[:cut], whole[:cut])
+
+
+def test_nothing_leaves_the_sample_range_after_a_loud_onset() -> None:
+    quiet, _ = bursts(-50.0, -80.0, seconds=3.0)
+    x = np.concatenate([quiet, np.full(SR // 10, 0.9, np.float32) * np.sign(np.sin(np.arange(SR // 10)))])
+    y = apply_agc(x)
+    assert np.max(np.abs(y)) <= 1.0
+    assert np.max(np.abs(y[-SR // 20 :])) <= AgcConfig().ceiling + 1e-6  # a frame later the gain has come down
+
+
+def test_settings_travel_as_json_and_bad_ones_are_refused() -> None:
+    cfg = AgcConfig(target=-22.0, release_db_s=0.5)
+    assert AgcConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ValueError, match=r"input_agc metadata.*keys among"):
+        AgcConfig.from_json(json.dumps({"target": -20, "loudness": 3}))
+    with pytest.raises(ValueError, match="max_gain"):
+        AgcConfig(max_gain=-1)
+    with pytest.raises(ValueError, match="ceiling"):
+        AgcConfig(ceiling=1.5)
+
+
+def test_a_graph_that_asks_for_the_level_control_gets_it_in_process_and_streams(tmp_path) -> None:
+    from edgessm.deploy.metadata import set_input_agc
+    from edgessm.runtime.registry import verify_file
+
+    folder = tmp_path / "kws35"
+    shutil.copytree(MODELS / "kws35", folder, ignore=shutil.ignore_patterns("eval"))
+    set_input_agc(folder, AgcConfig())
+    for f in folder.glob("*.onnx"):
+        verify_file(f)  # the manifest follows the rewritten graphs
+    graph = folder / "kws35.onnx"
+    model, raw = StepModel(graph), StepModel(graph, agc=False)
+    assert model.agc == AgcConfig() and raw.agc is None
+    x, _ = bursts(-45.0, -70.0, seconds=3.0)
+    out = model.process(x)
+    assert np.allclose(out, raw.process(apply_agc(x)), atol=1e-6)
+    assert not np.allclose(out, raw.process(x), atol=1e-3)  # the control changed what the graph heard
+    stream, pos, outs = model.create_stream(), 0, []
+    for n in np.random.default_rng(3).integers(100, 3000, 100):
+        stream.accept_waveform(SR, x[pos : pos + n])
+        pos += int(n)
+        outs += list(stream.outputs())
+        if pos >= len(x):
+            break
+    stream.flush()
+    outs += list(stream.outputs())
+    assert np.allclose(np.concatenate(outs, axis=-1), out, atol=1e-5)
+    set_input_agc(folder, None)
+    assert StepModel(graph).agc is None
