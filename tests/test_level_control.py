@@ -125,3 +125,18 @@ def test_a_graph_that_asks_for_the_level_control_gets_it_in_process_and_streams(
     assert np.allclose(np.concatenate(outs, axis=-1), out, atol=1e-5)
     set_input_agc(folder, None)
     assert StepModel(graph).agc is None
+
+
+def test_the_command_line_choice_overrules_the_graph() -> None:
+    from edgessm.runtime.level import resolve_agc
+
+    mine = AgcConfig(target=-26.0)
+    assert resolve_agc("graph", mine) is mine and resolve_agc(True, None) is None
+    assert resolve_agc("off", mine) is None and resolve_agc(False, mine) is None
+    assert resolve_agc("on", mine) is mine and resolve_agc("on", None) == AgcConfig()  # the defaults when none
+    assert resolve_agc(AgcConfig(max_gain=6.0), mine) == AgcConfig(max_gain=6.0)
+    with pytest.raises(ValueError, match="--agc is one of graph, on, off"):
+        resolve_agc("loud", mine)
+    shipped = StepModel(MODELS / "kws35" / "kws35.onnx")
+    assert shipped.agc is not None  # the shipped keyword spotter asks for it
+    assert StepModel(MODELS / "kws35" / "kws35.onnx", agc="off").agc is None

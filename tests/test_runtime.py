@@ -165,8 +165,8 @@ def test_export_kit_runner_applies_the_graphs_level_control_like_the_runtime(kws
     x[128 * 20 : 128 * 60] *= 10
     write_audio(tmp_path / "in.wav", x, 16000)
     runner = Path(__file__).resolve().parents[1] / "export" / "stream_wav.py"
-    subprocess.run([sys.executable, str(runner), str(graph), str(tmp_path / "in.wav"), "--out", str(tmp_path / "o.npy")],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([sys.executable, str(runner), str(graph), str(tmp_path / "in.wav"), "--out",
+                    str(tmp_path / "o.npy")], check=True, capture_output=True)  # fmt: skip
     import soundfile as sf
 
     x16 = sf.read(tmp_path / "in.wav", dtype="float32")[0]  # what the PCM16 file holds, as the kit reads it

@@ -112,9 +112,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-agc", action="store_true",
-                    help="feed the audio as it is: no input level control (on when the graph asks for it, "
-                         "as the shipped keyword spotters do: quiet input raised to their training level)")  # fmt: skip
+    ap.add_argument("--agc", choices=("graph", "on", "off"), default="graph",
+                    help="the input level control (quiet input raised to the level the model was trained on): "
+                         "as the graph asks (default; the shipped keyword spotters do), on, or off")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="one JSON object per detection (and no meter)")
     ap.add_argument("--quiet", action="store_true", help="no live level meter on the terminal")
 
@@ -388,7 +388,7 @@ def _listener(args: argparse.Namespace) -> Listener:
 
     try:
         model = StepModel(resolve_graph(args.model, int8=args.int8, budget=args.budget), threads=args.threads,
-                          agc=not args.no_agc)  # fmt: skip
+                          agc=args.agc)  # fmt: skip
         check_budget(model.info.extra, args.budget, model.path.name)
     except (FileNotFoundError, ValueError) as e:
         raise _fail(str(e)) from None

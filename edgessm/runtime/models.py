@@ -53,6 +53,7 @@ def describe(folder: Path) -> dict:
         "contrast_db": float(meta["contrast_db"]) if float(meta.get("contrast_db", 0) or 0) else None,
         "speech_after": float(meta["speech_after"]) if float(meta.get("speech_after", 0) or 0) else None,
         "hold_s": float(meta["hold_s"]) if float(meta.get("hold_s", 0) or 0) else None,
+        "input_agc": json.loads(meta["input_agc"]) if meta.get("input_agc") else None,
         "graphs": graphs,
         "budgets": manifest.get("budgets", {}),
         "lm": manifest.get("lm"),
@@ -152,6 +153,12 @@ def _detail(f: dict) -> None:
     if f.get("hold_s") is not None:
         print(f"  hold           the strongest keyword within {f['hold_s']:g} s of a crossing fires (reported "
               f"{f['hold_s']:g} s later; listen --hold 0: off)")  # fmt: skip
+    agc = f.get("input_agc")
+    if agc:
+        print(f"  level control  quiet input raised toward {agc['target']:g} dBFS, at most {agc['max_gain']:g} dB "
+              "(--agc off: the audio as it is)")  # fmt: skip
+    elif f["task"] in ("kws", "asr"):
+        print("  level control  off (--agc on: quiet input raised to the level the model was trained on)")
     print(f"  graphs         {', '.join(f['graphs'])}")
     if f["budgets"]:
         print(f"  budgets        {', '.join(sorted(f['budgets'], key=int))}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .level import AgcConfig, LevelControl, apply_agc
+from .level import AgcConfig, LevelControl, apply_agc, resolve_agc
 
 SAMPLE_RATE = 16000
 
@@ -63,11 +63,13 @@ class StepModel:
     Args:
         path: the ``.onnx`` file.
         threads: intra-op threads (1 is best for a single real-time stream).
-        agc: put the input through the level control the graph's metadata names (``input_agc``,
-            :mod:`.level`); ``False``: feed the audio as it is. ``self.agc`` holds the settings in use (or None).
+        agc: the input's level control (:func:`~.level.resolve_agc`): ``True`` / ``"graph"`` the one the
+            graph's metadata names (``input_agc``), if any; ``False`` / ``"off"`` none, the audio as it is;
+            ``"on"`` the graph's or the default settings; an :class:`~.level.AgcConfig`: those settings.
+            ``self.agc`` holds the settings in use (or None).
     """
 
-    def __init__(self, path: str | os.PathLike, threads: int = 1, agc: bool = True) -> None:
+    def __init__(self, path: str | os.PathLike, threads: int = 1, agc: bool | str | AgcConfig = True) -> None:
         import onnxruntime as ort
 
         path = Path(path)
@@ -80,7 +82,7 @@ class StepModel:
         self.path = path
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.info = read_info(self.session)
-        self.agc: AgcConfig | None = self.info.agc if agc else None
+        self.agc: AgcConfig | None = resolve_agc(agc, self.info.agc)
         self._inputs = [i.name for i in self.session.get_inputs()]
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._start: list[np.ndarray] | None = None  # initial_state(), computed once

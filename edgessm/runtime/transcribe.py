@@ -35,9 +35,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="asr", help="shipped model name or path to a recognizer .onnx graph")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    ap.add_argument("--no-agc", action="store_true",
-                    help="feed the audio as it is: no input level control (on when the graph asks for it, as the "
-                         "shipped recognizer does: quiet input is raised to the level it was trained on)")  # fmt: skip
+    ap.add_argument("--agc", choices=("graph", "on", "off"), default="graph",
+                    help="the input level control (quiet input raised to the level the model was trained on): as "
+                         "the graph asks (default; the shipped recognizer does not), on, or off")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="JSON lines: one final segment each, with word timestamps")
     ap.add_argument("--words", metavar="LIST",
                     help="closed vocabulary: comma-separated words or @FILE (one per line); final results are the "
@@ -139,7 +139,7 @@ def load_recognizer(args: argparse.Namespace):
     try:
         # files go through the model's graph for files (larger chunks, same transcript) when it has one
         graph = resolve_graph(args.model, int8=args.int8, files=not args.live)
-        model = StepModel(graph, threads=args.threads, agc=not args.no_agc)
+        model = StepModel(graph, threads=args.threads, agc=args.agc)
         endpoint = EndpointConfig(trailing_silence_s=args.pause, max_segment_s=args.max_segment)
         lm = word_model(args, graph, words=vocabulary is not None)
         # refuse a non-recognizer or a bad vocabulary before any input
