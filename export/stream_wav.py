@@ -64,20 +64,23 @@ def main() -> int:
     audio, file_rate = read_wav(args.wav)
     if file_rate != rate:
         raise SystemExit(f"{args.wav} is {file_rate} Hz; the graph wants {rate} Hz (resample it first, e.g. with sox)")
+    gains = None  # the level control's gain of each input sample (a denoiser's output is divided by it)
     if meta.get("input_agc"):  # quiet input raised to the level the model was trained on (causal, boost-only)
         try:
-            from edgessm.runtime.level import AgcConfig, apply_agc
+            from edgessm.runtime.level import AgcConfig, LevelControl
         except ImportError:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # a copy of level.py beside this file
             try:
-                from level import AgcConfig, apply_agc
+                from level import AgcConfig, LevelControl
             except ImportError:
                 AgcConfig = None
         if AgcConfig is None:
             print("note: the graph asks for the input level control (input_agc) and level.py is not here; "
                   "feeding the audio as it is", file=sys.stderr)  # fmt: skip
         else:
-            audio = apply_agc(audio, AgcConfig.from_json(meta["input_agc"]), rate)
+            control = LevelControl(AgcConfig.from_json(meta["input_agc"]), rate)
+            audio = control.process(audio)
+            gains = control.last_gain
     n = len(audio)
     # A graph whose output runs `delay_samples` behind its input (the spectral denoiser: one hop) gets
     # that many zeros more, and its output is read from `delay` on: the file stays aligned.
@@ -117,7 +120,8 @@ def main() -> int:
         print("".join(text).strip())
     if args.out:
         if args.out.endswith(".wav") and out.ndim == 2 and out.shape[0] == 1:
-            write_wav(args.out, out[0, delay : delay + n], rate)
+            clean = out[0, delay : delay + n]
+            write_wav(args.out, clean / gains if gains is not None else clean, rate)  # the input's level again
         else:
             np.save(args.out, out)
         print(f"wrote {args.out}", file=sys.stderr)

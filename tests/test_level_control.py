@@ -113,16 +113,22 @@ def test_a_graph_that_asks_for_the_level_control_gets_it_in_process_and_streams(
     out = model.process(x)
     assert np.allclose(out, raw.process(apply_agc(x)), atol=1e-6)
     assert not np.allclose(out, raw.process(x), atol=1e-3)  # the control changed what the graph heard
-    stream, pos, outs = model.create_stream(), 0, []
+    stream, pos, outs, heard = model.create_stream(), 0, [], []
     for n in np.random.default_rng(3).integers(100, 3000, 100):
         stream.accept_waveform(SR, x[pos : pos + n])
         pos += int(n)
-        outs += list(stream.outputs())
+        for y, chunk in stream.chunks():
+            outs.append(y)
+            heard.append(chunk)
         if pos >= len(x):
             break
     stream.flush()
-    outs += list(stream.outputs())
+    for y, chunk in stream.chunks():
+        outs.append(y)
+        heard.append(chunk)
     assert np.allclose(np.concatenate(outs, axis=-1), out, atol=1e-5)
+    # each output comes with the audio as received (what the contrast gate measures, as eval does)
+    assert np.array_equal(np.concatenate(heard)[: len(x)], x)
     set_input_agc(folder, None)
     assert StepModel(graph).agc is None
 
@@ -140,3 +146,32 @@ def test_the_command_line_choice_overrules_the_graph() -> None:
     shipped = StepModel(MODELS / "kws35" / "kws35.onnx")
     assert shipped.agc is not None  # the shipped keyword spotter asks for it
     assert StepModel(MODELS / "kws35" / "kws35.onnx", agc="off").agc is None
+
+
+def test_a_denoiser_with_the_level_control_hears_raised_input_and_gives_back_the_inputs_level(tmp_path) -> None:
+    from edgessm.deploy.metadata import set_input_agc
+    from edgessm.runtime.denoise import Denoiser
+    from edgessm.runtime.level import DENOISER
+
+    folder = tmp_path / "denoise"
+    shutil.copytree(MODELS / "denoise", folder, ignore=shutil.ignore_patterns("eval"))
+    set_input_agc(folder, DENOISER)
+    graph = folder / "denoise.onnx"
+    model, raw = StepModel(graph), StepModel(graph, agc=False)
+    assert model.agc == DENOISER
+    x, _ = bursts(-48.0, -62.0, seconds=3.0)  # a quiet recording
+
+    def run(m: StepModel, audio: np.ndarray, block: int) -> np.ndarray:
+        d = Denoiser(m, SR, 1)
+        parts = [d.feed(audio[None, i : i + block]) for i in range(0, len(audio), block)]
+        return np.concatenate([*parts, d.finish()], axis=1)[0]
+
+    y = run(model, x, 1000)
+    assert y.shape == x.shape
+    assert np.allclose(run(model, x, 357), y, atol=1e-6)  # any block size
+    control = LevelControl(DENOISER)
+    raised = control.process(x)
+    assert dbfs(raised[SR:]) > dbfs(x[SR:]) + 10  # the graph heard it louder ...
+    expected = run(raw, raised, 1000) / control.last_gain  # ... and the output was divided by the same gains
+    assert np.allclose(y, expected, atol=1e-5)
+    assert abs(dbfs(y[SR:]) - dbfs(run(raw, x, 1000)[SR:])) < 6  # the input's level, not the raised one's

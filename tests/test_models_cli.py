@@ -37,7 +37,7 @@ def test_table_detail_and_json(shipped, capsys) -> None:
     shutil.copytree(REPO_MODELS / "kws35-es", shipped / "kws35-es")  # an elastic spotter: its budgets
     assert main(["models", "kws35-es"]) == 0
     out = capsys.readouterr().out
-    assert "threshold      0.55" in out and "budgets        2, 3, 4, 6, 8, 12, 16, 24, 32" in out
+    assert "threshold      0.6" in out and "budgets        2, 3, 4, 6, 8, 12, 16, 24, 32" in out
     assert "speech after" not in out  # kws35-es v6 ships without the speech-after gate (v2-v5 had it)
     assert main(["models", "--json"]) == 0
     facts, es = json.loads(capsys.readouterr().out)  # kws35, kws35-es

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgessm.runtime.level import AgcConfig
+from edgessm.runtime.level import TASK_DEFAULTS, AgcConfig
 
 from .quantize import INT8_MIN_SNR_DB
 
@@ -54,9 +54,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
     ap.add_argument("--agc", choices=("auto", "on", "off"), default="auto",
-                    help="the input level control the graph asks for (edgessm.runtime.level: quiet input raised to "
-                         "the level the model was trained on, never lowered); auto: on for keyword spotters, "
-                         "off for recognizers (transcribe --agc on) and denoisers (keeping the level)")  # fmt: skip
+                    help="the input level control the graph asks for (edgessm.runtime.level: quiet input raised "
+                         "to the level the model was trained on, never lowered; a denoiser's output gets its level "
+                         "back); auto: on for keyword spotters and denoisers, off for recognizers")  # fmt: skip
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: ship this word model (edgessm lm) as lm.npz; transcribe then decodes files "
                     "with it by beam search (--lm none there for greedy)")  # fmt: skip
@@ -70,11 +70,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         help="elastic (ES-SSM) models: also write NAME.kK.onnx at compute budget K (a list K1,K2,... or 'all': "
         "2,3,4,6,8,12,16,24,32 up to K̄); NAME.onnx is always the full budget K̄",
     )
-
-
-# networks whose graphs get the input level control by default (--agc auto): keyword spotters. The recognizer
-# lost 1.4-2.4 WER points with it on test utterances at everyday levels (edgessm/runtime/level.py)
-AGC_TASKS = ("kws",)
 
 
 def _stderr(line: str) -> None:
@@ -127,8 +122,11 @@ def run(args: argparse.Namespace) -> int:
         meta["hold_s"] = f"{args.hold:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
-    if args.agc == "on" or (args.agc == "auto" and desc["network"] in AGC_TASKS):
-        meta["input_agc"] = AgcConfig().to_json()
+    agc = TASK_DEFAULTS.get(desc["network"]) if args.agc == "auto" else None
+    if args.agc == "on":
+        agc = TASK_DEFAULTS.get(desc["network"]) or AgcConfig()
+    if agc is not None:
+        meta["input_agc"] = agc.to_json()
     k_max = getattr(net, "k_max", None)
     budgets = None
     if args.budget is not None:

@@ -1,11 +1,13 @@
-"""Change what a model folder's graphs say about their input, without exporting them again.
+"""Change what a model folder's graphs say about their input and decision, without exporting them again.
 
     python -m edgessm.deploy.metadata models/kws35 --agc on     # its graphs ask for the input level control
     python -m edgessm.deploy.metadata models/kws35 --agc off
+    python -m edgessm.deploy.metadata models/kws35-es --threshold 0.6   # a keyword spotter's default threshold
 
-Only the graphs' metadata (``input_agc``, :mod:`edgessm.runtime.level`) changes: their nodes and weights stay
-byte for byte, so the exported numbers (PyTorch agreement, int8 calibration) still hold. Each graph is
-rewritten atomically and the manifest's sha256 list is brought up to date (its other fields kept).
+Only the graphs' metadata (``input_agc``, :mod:`edgessm.runtime.level`; ``threshold``, as ``edgessm export
+--threshold`` writes it) changes: their nodes and weights stay byte for byte, so the exported numbers (PyTorch
+agreement, int8 calibration) still hold. Each graph is rewritten atomically and the manifest's sha256 list is
+brought up to date (its other fields kept).
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ def set_graph_metadata(path: str | os.PathLike, key: str, value: str | None) -> 
         onnx.save(proto, str(tmp))
 
 
-def set_input_agc(folder: str | os.PathLike, config: AgcConfig | None) -> list[Path]:
-    """Every graph of the model folder asks for the level control ``config`` (``None``: none); the manifest's
-    hashes follow. Returns the graphs changed. ``FileNotFoundError`` without a manifest."""
+def set_folder_metadata(folder: str | os.PathLike, key: str, value: str | None) -> list[Path]:
+    """Set (``None``: remove) metadata ``key`` in every graph of the model folder; the manifest's hashes follow.
+    Returns the graphs changed. ``FileNotFoundError`` without a manifest."""
     folder = Path(folder)
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
@@ -45,22 +47,36 @@ def set_input_agc(folder: str | os.PathLike, config: AgcConfig | None) -> list[P
     manifest = json.loads(manifest_path.read_text())
     graphs = [folder / f for f in manifest["files"] if f.endswith(".onnx")]
     for g in graphs:
-        set_graph_metadata(g, KEY, config.to_json() if config is not None else None)
+        set_graph_metadata(g, key, value)
     manifest["files"] = {f: sha256(folder / f) for f in sorted(manifest["files"])}
     write_text(manifest_path, json.dumps(manifest, indent=1) + "\n")
     return graphs
 
 
+def set_input_agc(folder: str | os.PathLike, config: AgcConfig | None) -> list[Path]:
+    """Every graph of the model folder asks for the level control ``config`` (``None``: none)."""
+    return set_folder_metadata(folder, KEY, config.to_json() if config is not None else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a model folder (graphs + manifest.json)")
-    ap.add_argument("--agc", choices=("on", "off"), required=True, help="the input level control (default settings)")
+    ap.add_argument("--agc", choices=("on", "off"), help="the input level control (default settings)")
+    ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold (0..1)")
     args = ap.parse_args(argv)
+    if args.agc is None and args.threshold is None:
+        ap.error("nothing to change: give --agc and/or --threshold")
+    if args.threshold is not None and not 0 < args.threshold < 1:
+        ap.error(f"--threshold is a posterior between 0 and 1, got {args.threshold:g}")
     try:
-        changed = set_input_agc(args.folder, AgcConfig() if args.agc == "on" else None)
+        if args.agc is not None:
+            changed = set_input_agc(args.folder, AgcConfig() if args.agc == "on" else None)
+            print(f"{len(changed)} graphs: input_agc {args.agc}; manifest updated")
+        if args.threshold is not None:
+            changed = set_folder_metadata(args.folder, "threshold", str(args.threshold))
+            print(f"{len(changed)} graphs: threshold {args.threshold:g}; manifest updated")
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm.deploy.metadata: {e}") from None
-    print(f"{len(changed)} graphs: input_agc {args.agc}; manifest updated")
     return 0
 
 

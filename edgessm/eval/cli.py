@@ -85,6 +85,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--mixtures", choices=("test", "validation"), default="test",
                     help="denoisers: the held-out test mixtures (default), or the same kinds built from the "
                          "validation speakers and noises, to tune a choice without touching the test")  # fmt: skip
+    ap.add_argument("--mixture-level", type=float, default=-25.0, metavar="DBFS",
+                    help="denoisers: the mixtures' RMS level (default -25; e.g. -45 for a quiet microphone)")
     ap.add_argument("--noise-kinds", metavar="K1,K2",
                     help="denoisers: the noise kinds of the mixtures (default the seven of every report: "
                          "dude_miaowing,running_tap,babble,music,hum,pink,white; also everyday: recorded everyday "
@@ -227,7 +229,10 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
         raise SystemExit("edgessm eval: --sets is for keyword spotters; a denoiser has one test set")
     try:
         kinds = args.noise_kinds.split(",") if args.noise_kinds else denoise.NOISE_KINDS
-        mixtures = denoise.mixtures(args.mixtures, args.per_speaker, args.seed, kinds=kinds)[: args.limit or None]
+        if not -80 <= args.mixture_level <= -3:
+            raise ValueError(f"--mixture-level is an RMS level in dBFS, -80 to -3, got {args.mixture_level:g}")
+        mixtures = denoise.mixtures(args.mixtures, args.per_speaker, args.seed, kinds=kinds,
+                                    level_dbfs=args.mixture_level)[: args.limit or None]  # fmt: skip
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm eval: {e}") from None
     name = model.info.extra.get("model_name", path.stem)
@@ -272,7 +277,7 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
               "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
               "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "split": args.mixtures,
-              "music": music_source(args.mixtures), "noise_kinds": list(kinds),
+              "music": music_source(args.mixtures), "noise_kinds": list(kinds), "level_dbfs": args.mixture_level,
               "params": int(model.info.extra.get("params", 0)) or None,
               "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
               "systems": denoise.summary(results)}  # fmt: skip

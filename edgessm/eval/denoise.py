@@ -170,8 +170,11 @@ def _crop(x: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     return x[start : start + n]
 
 
+MIXTURE_LEVEL_DBFS = -25.0  # the mixtures' RMS level: the middle of the denoiser recipes' training levels
+
+
 def mix(
-    clean: np.ndarray, noise: np.ndarray, snr_db: float, level_dbfs: float = -25.0
+    clean: np.ndarray, noise: np.ndarray, snr_db: float, level_dbfs: float = MIXTURE_LEVEL_DBFS
 ) -> tuple[np.ndarray, np.ndarray]:
     """Noise scaled to ``snr_db`` under the clean power, the sum scaled to ``level_dbfs`` RMS (the clean
     reference gets the same gain). Returns ``(clean, noisy)`` float32, peaks kept below 1."""
@@ -189,9 +192,11 @@ def mixtures(
     seed: int = 0,
     max_s: float = 10.0,
     kinds: Sequence[str] = NOISE_KINDS,
+    level_dbfs: float = MIXTURE_LEVEL_DBFS,
 ) -> list[Mixture]:
     """The held-out mixtures (see the module docstring), deterministic for a ``seed`` and ``kinds``
-    (noise kinds, cycled over the mixtures with the SNRs; :data:`NOISE_KINDS` and :data:`EXTRA_KINDS`).
+    (noise kinds, cycled over the mixtures with the SNRs; :data:`NOISE_KINDS` and :data:`EXTRA_KINDS`), each
+    scaled to ``level_dbfs`` RMS (-45: what a quiet microphone records; clean references alike).
 
     ``split="validation"`` builds the same kinds from what validation may see, to tune choices on
     (e.g. the post-filter) without touching the test: the validation speakers, babble of the other
@@ -229,7 +234,7 @@ def mixtures(
                 noise = _soundscape(everyday, n, rng)
             else:
                 noise = hum_clicks(n, rng)
-            c, noisy = mix(clean, noise, snr)
+            c, noisy = mix(clean, noise, snr, level_dbfs)
             out.append(Mixture(f"{spk}-{kind}-{snr:+.0f}dB", spk, kind, snr, c, noisy))
             k += 1
     return out

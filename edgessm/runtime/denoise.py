@@ -59,6 +59,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--chunk", type=int, help="check the graph's chunk (samples at 16 kHz; fixed at export)")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    ap.add_argument("--agc", choices=("graph", "on", "off"), default="graph",
+                    help="the input level control (quiet input raised to the level the model was trained on, the "
+                         "output brought back to the input's level): as the graph asks (default; the shipped "
+                         "denoiser does), on, or off")  # fmt: skip
     ap.add_argument(
         "--atten-lim",
         type=float,
@@ -110,6 +114,8 @@ class Denoiser:
             raise ValueError(f"{model.path.name} is a {model.info.task or 'untyped'} graph, not a denoiser")
         self.model, self.rate, self.channels = model, int(rate), int(channels)
         self.streams = [model.create_stream() for _ in range(self.channels)]
+        for stream in self.streams:  # a graph with a level control: its gain is undone on the output
+            stream.keep_gains = True
         graph_rate = model.info.sample_rate
         self._back = [None] * self.channels
         if self.rate != graph_rate:
@@ -163,6 +169,8 @@ class Denoiser:
         if self._skip[c]:  # output t of a delayed graph is input t - delay: drop what precedes the input
             k = min(self._skip[c], len(y))
             y, self._skip[c] = y[k:], self._skip[c] - k
+        if getattr(self.model, "agc", None) is not None:  # the input was raised: the output keeps the input's level
+            y = (y / stream.take_gains(len(y))).astype(np.float32)
         if self._back[c] is not None:
             y = self._back[c].resample_chunk(y, last=last)
         if len(y):
@@ -308,9 +316,9 @@ def load_model(args: argparse.Namespace, files: bool = False):
         if files and args.budget is None:  # the model's graph for files, unless --chunk asks for another
             big = resolve_graph(args.model, int8=args.int8, files=True)
             if big != graph:
-                model = StepModel(big, threads=args.threads)
+                model = StepModel(big, threads=args.threads, agc=args.agc)
                 model = model if args.chunk in (None, model.info.chunk) else None
-        model = model or StepModel(graph, threads=args.threads)
+        model = model or StepModel(graph, threads=args.threads, agc=args.agc)
     except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: onnxruntime cannot parse the file
         raise DenoiseError(str(e)) from None
     info, name = model.info, model.path.name

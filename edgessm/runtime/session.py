@@ -82,7 +82,7 @@ class StepModel:
         self.path = path
         self.session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
         self.info = read_info(self.session)
-        self.agc: AgcConfig | None = resolve_agc(agc, self.info.agc)
+        self.agc: AgcConfig | None = resolve_agc(agc, self.info.agc, self.info.task)
         self._inputs = [i.name for i in self.session.get_inputs()]
         self._outputs = [o.name for o in self.session.get_outputs()]
         self._start: list[np.ndarray] | None = None  # initial_state(), computed once
@@ -222,6 +222,7 @@ class Stream:
         self.reset()
 
     on_audio = None  # optional callable receiving every block of graph-rate audio fed, before the level control
+    keep_gains = False  # keep the level control's per-sample gains for take_gains() (a denoiser undoes them)
 
     def reset(self) -> None:
         self._step = self.model.stepper()
@@ -231,6 +232,8 @@ class Stream:
         self._rate: int | None = None
         agc = getattr(self.model, "agc", None)
         self._agc = LevelControl(agc, self.model.info.sample_rate) if agc is not None else None
+        self._fed = np.zeros(0, np.float32)  # with a level control: its output, what the graph is fed
+        self._gains = np.zeros(0)  # with keep_gains: the control's gain of each sample fed, not yet taken
         self.samples_in = 0  # samples accepted, at the graph's rate
         self.chunks_done = 0
 
@@ -268,15 +271,20 @@ class Stream:
     def _append(self, x: np.ndarray) -> None:
         if self.on_audio is not None and len(x):
             self.on_audio(x)
-        if self._agc is not None:
-            x = self._agc.process(x)
         self.samples_in += len(x)
         self._buf = np.concatenate([self._buf, x]) if len(self._buf) else x
+        if self._agc is not None:  # the graph hears the level-controlled samples; chunks() gives the ones received
+            fed = self._agc.process(x)
+            self._fed = np.concatenate([self._fed, fed]) if len(self._fed) else fed
+            if self.keep_gains:
+                self._gains = np.concatenate([self._gains, self._agc.last_gain])
         chunk = self.model.info.chunk
         while len(self._buf) >= chunk:
             x = self._buf[:chunk]
-            y = self._step(x)
+            y = self._step(self._fed[:chunk] if self._agc is not None else x)
             self._buf = self._buf[chunk:]
+            if self._agc is not None:
+                self._fed = self._fed[chunk:]
             self._pending.append((y, x))
             self.chunks_done += 1
 
@@ -295,6 +303,14 @@ class Stream:
             self._append(np.zeros(chunk - rest, np.float32))
             self.samples_in -= chunk - rest
 
+    def take_gains(self, n: int) -> np.ndarray:
+        """The level control's linear gains of the next ``n`` samples fed (oldest first; ones without a control,
+        or for samples the stream has not seen); needs ``keep_gains`` set before the audio came."""
+        g = np.ones(n)
+        k = min(n, len(self._gains))
+        g[:k], self._gains = self._gains[:k], self._gains[k:]
+        return g
+
     def outputs(self) -> Iterator[np.ndarray]:
         """Outputs of the chunks processed since the last call, oldest first."""
         for y, _ in self.chunks():
@@ -302,6 +318,7 @@ class Stream:
 
     def chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Like :meth:`outputs`, each output with the chunk of graph-rate audio ``(chunk,)`` it was computed
-        from (the last one zero-padded after :meth:`flush`)."""
+        from, as received (before the model's level control; the last one zero-padded after :meth:`flush`):
+        what the keyword decision's contrast gate measures, as ``edgessm eval`` does."""
         pending, self._pending = self._pending, []
         yield from pending
