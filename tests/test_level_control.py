@@ -149,13 +149,15 @@ def test_the_command_line_choice_overrules_the_graph() -> None:
 
 
 def test_a_denoiser_with_the_level_control_hears_raised_input_and_gives_back_the_inputs_level(tmp_path) -> None:
-    from edgessm.deploy.metadata import set_input_agc
+    from edgessm.deploy.metadata import main as metadata_main
     from edgessm.runtime.denoise import Denoiser
     from edgessm.runtime.level import DENOISER
 
     folder = tmp_path / "denoise"
     shutil.copytree(MODELS / "denoise", folder, ignore=shutil.ignore_patterns("eval"))
-    set_input_agc(folder, DENOISER)
+    assert metadata_main([str(folder), "--agc", "off"]) == 0
+    assert StepModel(folder / "denoise.onnx").agc is None
+    assert metadata_main([str(folder), "--agc", "on"]) == 0  # the task's settings: a denoiser's
     graph = folder / "denoise.onnx"
     model, raw = StepModel(graph), StepModel(graph, agc=False)
     assert model.agc == DENOISER

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from edgessm.atomic import atomic_path, write_text
-from edgessm.runtime.level import AgcConfig
+from edgessm.runtime.level import TASK_DEFAULTS, AgcConfig
 from edgessm.runtime.registry import sha256
 
 KEY = "input_agc"
@@ -58,10 +58,18 @@ def set_input_agc(folder: str | os.PathLike, config: AgcConfig | None) -> list[P
     return set_folder_metadata(folder, KEY, config.to_json() if config is not None else None)
 
 
+def task_agc(folder: str | os.PathLike) -> AgcConfig:
+    """The level control settings of the folder's task (:data:`~edgessm.runtime.level.TASK_DEFAULTS`: a
+    denoiser's differ from a keyword spotter's), read from its model.json; the defaults otherwise."""
+    desc = Path(folder) / "model.json"
+    task = json.loads(desc.read_text()).get("network", "") if desc.is_file() else ""
+    return TASK_DEFAULTS.get(task) or AgcConfig()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a model folder (graphs + manifest.json)")
-    ap.add_argument("--agc", choices=("on", "off"), help="the input level control (default settings)")
+    ap.add_argument("--agc", choices=("on", "off"), help="the input level control (the task's settings)")
     ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold (0..1)")
     args = ap.parse_args(argv)
     if args.agc is None and args.threshold is None:
@@ -70,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--threshold is a posterior between 0 and 1, got {args.threshold:g}")
     try:
         if args.agc is not None:
-            changed = set_input_agc(args.folder, AgcConfig() if args.agc == "on" else None)
+            changed = set_input_agc(args.folder, task_agc(args.folder) if args.agc == "on" else None)
             print(f"{len(changed)} graphs: input_agc {args.agc}; manifest updated")
         if args.threshold is not None:
             changed = set_folder_metadata(args.folder, "threshold", str(args.threshold))
