@@ -111,6 +111,8 @@ class LevelControl:
         self._release = self.config.release_db_s * per_frame
         self._rise = self.config.rise_db_s * per_frame
         self._up = self.config.attack_up_db_s * per_frame
+        n = self.config.frame
+        self._steps = (np.arange(n, dtype=np.float64) + 1) / n  # a frame's ramp, sample by sample
         self.reset()
 
     def reset(self) -> None:
@@ -155,10 +157,9 @@ class LevelControl:
     def _ramped(self, x: np.ndarray, start_db: np.ndarray, end_db: np.ndarray, first: int) -> np.ndarray:
         """``x (F, m)``: the samples at positions ``first..first+m`` of F frames, times each frame's gain ramp."""
         a, b = 10.0 ** (start_db / 20.0), 10.0 ** (end_db / 20.0)
-        n = self.config.frame
-        ramp = a[:, None] + (b - a)[:, None] * (np.arange(first, first + x.shape[1], dtype=np.float64) + 1) / n
+        ramp = a[:, None] + (b - a)[:, None] * self._steps[first : first + x.shape[1]]
         y = x * ramp
-        if np.any(ramp > 1):  # a gain never pushes a sample past full scale (nor clips what was past it)
+        if a.max() > 1 or b.max() > 1:  # a gain never pushes a sample past full scale (nor clips what was past it)
             limit = np.maximum(1.0, np.abs(x))
             y = np.clip(y, -limit, limit)
         self._gains.append(ramp.reshape(-1))
