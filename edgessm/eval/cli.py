@@ -86,7 +86,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="denoisers: the held-out test mixtures (default), or the same kinds built from the "
                          "validation speakers and noises, to tune a choice without touching the test")  # fmt: skip
     ap.add_argument("--mixture-level", type=float, default=-25.0, metavar="DBFS",
-                    help="denoisers: the mixtures' RMS level (default -25; e.g. -45 for a quiet microphone)")
+                    help="denoisers: the mixtures' RMS level (default -25; -45: a quiet microphone)")  # fmt: skip
     ap.add_argument("--noise-kinds", metavar="K1,K2",
                     help="denoisers: the noise kinds of the mixtures (default the seven of every report: "
                          "dude_miaowing,running_tap,babble,music,hum,pink,white; also everyday: recorded everyday "
