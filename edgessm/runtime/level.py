@@ -113,12 +113,14 @@ class LevelControl:
         self._up = self.config.attack_up_db_s * per_frame
         n = self.config.frame
         self._steps = (np.arange(n, dtype=np.float64) + 1) / n  # a frame's ramp, sample by sample
+        self._ones = np.ones(n)  # the gains of samples left as they are
         self.reset()
 
     def reset(self) -> None:
         self._speech = FLOOR_DB
         self._noise: float | None = None  # set by the first frame
-        self._from_db = self._to_db = 0.0  # the gain ramps from -> to over the frame in progress
+        self._from_db = self._to_db = 0.0  # the gain ramps from -> to over the frame in progress (dB)
+        self._from = self._to = 1.0  # the same, linear
         self._partial = np.zeros(0, np.float32)  # raw samples of the frame in progress (already output)
 
     @property
@@ -142,24 +144,35 @@ class LevelControl:
             gain = min(gain, max(0.0, 20.0 * math.log10(c.ceiling / peak)))
         return gain
 
-    def _close(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Decide on whole frames ``(F, frame)`` in order; the gains (dB) each one ramped from and to ``(F,)``."""
-        power = np.mean(np.square(frames, dtype=np.float64), axis=1)
-        peaks = np.max(np.abs(frames), axis=1)
+    def _close(self, frames: np.ndarray) -> tuple[list[float], list[float]]:
+        """Decide on whole frames ``(F, frame)`` in order; the linear gains each one ramped from and to."""
+        power = (np.add.reduce(np.square(frames, dtype=np.float64), axis=1) / frames.shape[1]).tolist()  # mean
+        peaks = np.maximum.reduce(np.abs(frames), axis=1).tolist()
         floor = 10 ** (FLOOR_DB / 10)
-        start, end = np.empty(len(frames)), np.empty(len(frames))
-        for k, (p, peak) in enumerate(zip(power.tolist(), peaks.tolist(), strict=True)):
-            start[k], end[k] = self._from_db, self._to_db
-            e = 10.0 * math.log10(p) if p > floor else FLOOR_DB
-            self._from_db, self._to_db = self._to_db, self._next_gain(e, peak)
+        start, end = [], []
+        for p, peak in zip(power, peaks, strict=True):
+            start.append(self._from)
+            end.append(self._to)
+            gain = self._next_gain(10.0 * math.log10(p) if p > floor else FLOOR_DB, peak)
+            self._from_db, self._to_db = self._to_db, gain
+            self._from, self._to = self._to, 10.0 ** (gain / 20.0)
         return start, end
 
-    def _ramped(self, x: np.ndarray, start_db: np.ndarray, end_db: np.ndarray, first: int) -> np.ndarray:
-        """``x (F, m)``: the samples at positions ``first..first+m`` of F frames, times each frame's gain ramp."""
-        a, b = 10.0 ** (start_db / 20.0), 10.0 ** (end_db / 20.0)
-        ramp = a[:, None] + (b - a)[:, None] * self._steps[first : first + x.shape[1]]
+    def _ramped(self, x: np.ndarray, a: float | list[float], b: float | list[float], first: int) -> np.ndarray:
+        """``x (m,)`` at positions ``first..first+m`` of one frame ramping from gain ``a`` to ``b``, or ``x (F, m)``
+        of F frames with a gain pair each (lists): times the ramp, as float32."""
+        if a == 1.0 and b == 1.0:  # no gain (everyday levels): the samples as they are
+            self._gains.append(self._ones[: x.size])
+            return x.reshape(-1).copy().reshape(x.shape)
+        steps = self._steps[first : first + x.shape[-1]]
+        if isinstance(a, list):
+            louder = max(a) > 1 or max(b) > 1
+            a, b = np.asarray(a)[:, None], np.asarray(b)[:, None]
+        else:
+            louder = a > 1 or b > 1
+        ramp = a + (b - a) * steps
         y = x * ramp
-        if a.max() > 1 or b.max() > 1:  # a gain never pushes a sample past full scale (nor clips what was past it)
+        if louder:  # a gain never pushes a sample past full scale (nor clips what was past it)
             limit = np.maximum(1.0, np.abs(x))
             y = np.clip(y, -limit, limit)
         self._gains.append(ramp.reshape(-1))
@@ -170,15 +183,19 @@ class LevelControl:
         ``self.last_gain``: the linear gain each of them got ``(T,)`` (float64; a denoiser divides its output by
         it, so its level follows the input's)."""
         x = np.asarray(x, np.float32).reshape(-1)
-        out = np.empty_like(x)
-        self._gains: list[np.ndarray] = []
         n = self.config.frame
-        now = np.array([self._from_db]), np.array([self._to_db])
+        self._gains: list[np.ndarray] = []
+        if len(x) == n and not len(self._partial):  # one whole frame (a 10 ms graph's call): the short way
+            y = self._ramped(x, self._from, self._to, 0)
+            self._close(x[None, :])
+            self.last_gain = self._gains[0]
+            return y
+        out = np.empty_like(x)
         pos = 0
         if len(self._partial):  # finish the frame in progress
             done = len(self._partial)
             pos = min(n - done, len(x))
-            out[:pos] = self._ramped(x[None, :pos], *now, done)[0]
+            out[:pos] = self._ramped(x[:pos], self._from, self._to, done)
             frame = np.concatenate([self._partial, x[:pos]])
             self._partial = frame
             if len(frame) == n:
@@ -190,8 +207,7 @@ class LevelControl:
             out[pos : pos + whole * n] = self._ramped(frames, *self._close(frames), 0).reshape(-1)
             pos += whole * n
         if pos < len(x):  # the start of the next frame
-            now = np.array([self._from_db]), np.array([self._to_db])
-            out[pos:] = self._ramped(x[None, pos:], *now, 0)[0]
+            out[pos:] = self._ramped(x[pos:], self._from, self._to, 0)
             self._partial = x[pos:].copy()
         self.last_gain = np.concatenate(self._gains) if self._gains else np.zeros(0)
         return out

@@ -73,7 +73,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     )
     ap.add_argument("--fast", action="store_true", help="process a file as fast as possible instead of in real time")
     ap.add_argument(
-        "--record", metavar="WAV", help="save exactly the 16 kHz audio the model heard (.wav or .flac, 16-bit)"
+        "--record", metavar="WAV", help="save exactly the 16 kHz audio the model got (.wav or .flac, 16-bit)"
     )
     ap.add_argument(
         "--duration", type=float, help="stop after this many seconds (microphone: of listening; file/stdin: of audio)"
