@@ -113,7 +113,6 @@ class LevelControl:
         self._up = self.config.attack_up_db_s * per_frame
         n = self.config.frame
         self._steps = (np.arange(n, dtype=np.float64) + 1) / n  # a frame's ramp, sample by sample
-        self._ones = np.ones(n)  # the gains of samples left as they are
         self.reset()
 
     def reset(self) -> None:
@@ -161,20 +160,16 @@ class LevelControl:
     def _ramped(self, x: np.ndarray, a: float | list[float], b: float | list[float], first: int) -> np.ndarray:
         """``x (m,)`` at positions ``first..first+m`` of one frame ramping from gain ``a`` to ``b``, or ``x (F, m)``
         of F frames with a gain pair each (lists): times the ramp, as float32."""
-        if a == 1.0 and b == 1.0:  # no gain (everyday levels): the samples as they are
-            self._gains.append(self._ones[: x.size])
-            return x.reshape(-1).copy().reshape(x.shape)
+        louder = max(a) > 1 or max(b) > 1 if isinstance(a, list) else a > 1 or b > 1
+        if not louder:  # no gain anywhere (gains are never below 1): the samples as they are
+            self._gains.append(np.ones(x.size))
+            return x.copy()
         steps = self._steps[first : first + x.shape[-1]]
         if isinstance(a, list):
-            louder = max(a) > 1 or max(b) > 1
             a, b = np.asarray(a)[:, None], np.asarray(b)[:, None]
-        else:
-            louder = a > 1 or b > 1
         ramp = a + (b - a) * steps
-        y = x * ramp
-        if louder:  # a gain never pushes a sample past full scale (nor clips what was past it)
-            limit = np.maximum(1.0, np.abs(x))
-            y = np.clip(y, -limit, limit)
+        limit = np.maximum(1.0, np.abs(x))  # a gain never pushes a sample past full scale (nor clips what was past)
+        y = np.clip(x * ramp, -limit, limit)
         self._gains.append(ramp.reshape(-1))
         return y.astype(np.float32)
 
