@@ -177,3 +177,16 @@ def test_a_denoiser_with_the_level_control_hears_raised_input_and_gives_back_the
     expected = run(raw, raised, 1000) / control.last_gain  # ... and the output was divided by the same gains
     assert np.allclose(y, expected, atol=1e-5)
     assert abs(dbfs(y[SR:]) - dbfs(run(raw, x, 1000)[SR:])) < 6  # the input's level, not the raised one's
+
+
+def test_listen_says_when_it_raised_a_quiet_input(tmp_path, capsys) -> None:
+    from edgessm.cli import main
+    from edgessm.data.audio import write_audio
+
+    quiet, _ = bursts(-50.0, -75.0, seconds=4.0)
+    write_audio(tmp_path / "quiet.wav", quiet, SR)
+    assert main(["listen", "--model", str(MODELS / "kws35"), "--input", str(tmp_path / "quiet.wav"), "--fast"]) == 0
+    assert "quiet input raised by up to 2" in capsys.readouterr().err  # 20-24 dB: the most it gives
+    assert main(["listen", "--model", str(MODELS / "kws35"), "--input", str(tmp_path / "quiet.wav"), "--fast",
+                 "--agc", "off"]) == 0  # fmt: skip
+    assert "raised" not in capsys.readouterr().err

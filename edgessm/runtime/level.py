@@ -120,6 +120,7 @@ class LevelControl:
         self._noise: float | None = None  # set by the first frame
         self._from_db = self._to_db = 0.0  # the gain ramps from -> to over the frame in progress (dB)
         self._from = self._to = 1.0  # the same, linear
+        self.max_gain_db = 0.0  # the most gain applied so far (dB): a quiet microphone shows here
         self._partial = np.zeros(0, np.float32)  # raw samples of the frame in progress (already output)
 
     @property
@@ -154,6 +155,7 @@ class LevelControl:
             end.append(self._to)
             gain = self._next_gain(10.0 * math.log10(p) if p > floor else FLOOR_DB, peak)
             self._from_db, self._to_db = self._to_db, gain
+            self.max_gain_db = max(self.max_gain_db, gain)
             self._from, self._to = self._to, 10.0 ** (gain / 20.0)
         return start, end
 

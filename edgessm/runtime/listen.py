@@ -232,9 +232,12 @@ class Listener:
         words = ", ".join(f"{w} {n}" for w, n in sorted(self.counts.items()))
         n = sum(self.counts.values())
         rtf = f"{self.busy_s / self.heard_s:.3f}" if self.heard_s > 0 else "n/a"
+        raised = getattr(self.stream, "max_gain_db", None)
+        quiet = f"; quiet input raised by up to {raised:.0f} dB (--agc off: as it is)" if raised and raised >= 6 else ""
         return (
             f"summary: {self.heard_s:.2f} s of audio heard, {_plural(n, 'detection')}"
             f"{f' ({words})' if words else ''}, {_plural(self.overflows, 'input overflow')}, real-time factor {rtf}"
+            f"{quiet}"
         )
 
 

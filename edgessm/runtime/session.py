@@ -303,6 +303,11 @@ class Stream:
             self._append(np.zeros(chunk - rest, np.float32))
             self.samples_in -= chunk - rest
 
+    @property
+    def max_gain_db(self) -> float | None:
+        """The most gain the model's level control has applied in this stream (dB; None without a control)."""
+        return self._agc.max_gain_db if self._agc is not None else None
+
     def take_gains(self, n: int) -> np.ndarray:
         """The level control's linear gains of the next ``n`` samples fed (oldest first; ones without a control,
         or for samples the stream has not seen); needs ``keep_gains`` set before the audio came."""
