@@ -55,8 +55,7 @@ def kws(args: argparse.Namespace) -> None:
     free = validation_free(1.0, 0)
     real = real_validation_words()
     for name, agc in _settings(args.agc).items():
-        model = StepModel(resolve_graph(args.model), agc=False)
-        model.agc = agc
+        model = StepModel(resolve_graph(args.model), agc=agc or False)
         cfg = decision.graph_decision(model.info.extra)
         for g in args.gains:
             ss = [StreamSet(s.kind, _louder(s.audio, g), s.placements) for s in streams]
@@ -86,8 +85,7 @@ def asr_study(args: argparse.Namespace) -> None:
     knobs = shipped_lm_settings(args.graph)
     print(f"{len(utts)} validation utterances of {args.set!r}, {sum(len(u.text.split()) for u in utts)} words")
     for name, agc in _settings(args.agc).items():
-        model = StepModel(args.graph, agc=False)
-        model.agc = agc
+        model = StepModel(args.graph, agc=agc or False)
         systems = {"greedy": asr.GraphRecognizer(model)}
         if lm is not None:
             dec = BeamDecoder(model.info.labels, lm, beam=int(knobs.get("beam", 32)),

@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from edgessm.runtime.level import TASK_DEFAULTS, AgcConfig
+from edgessm.runtime.level import TASK_DEFAULTS, task_agc
 
 from .quantize import INT8_MIN_SNR_DB
 
@@ -122,9 +122,7 @@ def run(args: argparse.Namespace) -> int:
         meta["hold_s"] = f"{args.hold:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
-    agc = TASK_DEFAULTS.get(desc["network"]) if args.agc == "auto" else None
-    if args.agc == "on":
-        agc = TASK_DEFAULTS.get(desc["network"]) or AgcConfig()
+    agc = {"auto": TASK_DEFAULTS.get(desc["network"]), "on": task_agc(desc["network"]), "off": None}[args.agc]
     if agc is not None:
         meta["input_agc"] = agc.to_json()
     k_max = getattr(net, "k_max", None)

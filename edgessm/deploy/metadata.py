@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from edgessm.atomic import atomic_path, write_text
-from edgessm.runtime.level import TASK_DEFAULTS, AgcConfig
+from edgessm.runtime.level import AgcConfig, task_agc
 from edgessm.runtime.registry import sha256
 
 KEY = "input_agc"
@@ -58,12 +58,11 @@ def set_input_agc(folder: str | os.PathLike, config: AgcConfig | None) -> list[P
     return set_folder_metadata(folder, KEY, config.to_json() if config is not None else None)
 
 
-def task_agc(folder: str | os.PathLike) -> AgcConfig:
-    """The level control settings of the folder's task (:data:`~edgessm.runtime.level.TASK_DEFAULTS`: a
-    denoiser's differ from a keyword spotter's), read from its model.json; the defaults otherwise."""
+def folder_agc(folder: str | os.PathLike) -> AgcConfig:
+    """The level control settings of the folder's task (:func:`~edgessm.runtime.level.task_agc`), the task read
+    from its model.json."""
     desc = Path(folder) / "model.json"
-    task = json.loads(desc.read_text()).get("network", "") if desc.is_file() else ""
-    return TASK_DEFAULTS.get(task) or AgcConfig()
+    return task_agc(json.loads(desc.read_text()).get("network", "") if desc.is_file() else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--threshold is a posterior between 0 and 1, got {args.threshold:g}")
     try:
         if args.agc is not None:
-            changed = set_input_agc(args.folder, task_agc(args.folder) if args.agc == "on" else None)
+            changed = set_input_agc(args.folder, folder_agc(args.folder) if args.agc == "on" else None)
             print(f"{len(changed)} graphs: input_agc {args.agc}; manifest updated")
         if args.threshold is not None:
             changed = set_folder_metadata(args.folder, "threshold", str(args.threshold))

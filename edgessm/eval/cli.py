@@ -207,11 +207,11 @@ def run(args: argparse.Namespace) -> int:
         report["streams"]["music"] = music_source("test")
         report["streams"]["speech_pool"] = backgrounds.speech_pool("real")
         # a user's session: real speakers, short pauses, a quiet room (hit rate; no keyword-free audio)
-        report["sessions"] = kws.stream_metrics(model, kws.session_streams(seed=args.seed), [], thresholds, cfg,
-                                                progress, calibrated)  # fmt: skip
+        sessions = kws.session_streams(seed=args.seed)
+        report["sessions"] = kws.stream_metrics(model, sessions, [], thresholds, cfg, progress, calibrated)
         # the same ten-command session at a quiet microphone (the input level control's job), at the decision
-        report["quiet_sessions"] = kws.stream_metrics(model, kws.quiet_sessions(seed=args.seed), [], [threshold],
-                                                      cfg, progress)  # fmt: skip
+        report["quiet_sessions"] = kws.stream_metrics(model, kws.quiet_sessions(sessions), [], [threshold], cfg,
+                                                      progress)  # fmt: skip
         report["quiet_sessions"]["gain_db"] = kws.QUIET_DB
     return _write_report(report, kws_markdown, kws_plots, args.out)
 

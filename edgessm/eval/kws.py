@@ -223,10 +223,11 @@ def session_streams(per_stream: int = 200, seed: int = 0) -> list[StreamSet]:
 QUIET_DB = -15.0  # the quiet-microphone session: the ten-command session this much quieter
 
 
-def quiet_sessions(per_stream: int = 200, seed: int = 0) -> list[StreamSet]:
-    """The ten-command session of :func:`session_streams` played ``QUIET_DB`` quieter (``session-quiet``):
-    a quiet microphone or a talker across the room, words at -45..-30 dBFS over a -65 dBFS room."""
-    s = next(s for s in session_streams(per_stream, seed) if s.kind == "session-commands")
+def quiet_sessions(sessions: Sequence[StreamSet]) -> list[StreamSet]:
+    """The ten-command session of :func:`session_streams` (``sessions``) played ``QUIET_DB`` quieter
+    (``session-quiet``): a quiet microphone or a talker across the room, words at -45..-30 dBFS over a -65 dBFS
+    room."""
+    s = next(s for s in sessions if s.kind == "session-commands")
     return [StreamSet("session-quiet", (s.audio * 10 ** (QUIET_DB / 20)).astype(np.float32), s.placements)]
 
 

@@ -40,6 +40,7 @@ import numpy as np
 
 from .devices import Microphone, input_device, parse_device, sounddevice_or_exit
 from .interrupts import Terminated, sigterm_unwinds
+from .level import AGC_CHOICES
 from .sources import Source, open_source
 
 BLOCK_S = 1.0  # seconds of audio read per block
@@ -59,7 +60,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--chunk", type=int, help="check the graph's chunk (samples at 16 kHz; fixed at export)")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    ap.add_argument("--agc", choices=("graph", "on", "off"), default="graph",
+    ap.add_argument("--agc", choices=AGC_CHOICES, default="graph",
                     help="the input level control (quiet input raised to the level the model was trained on, the "
                          "output brought back to the input's level): as the graph asks (default; the shipped "
                          "denoiser does), on, or off")  # fmt: skip

@@ -123,11 +123,6 @@ class LevelControl:
         self.max_gain_db = 0.0  # the most gain applied so far (dB): a quiet microphone shows here
         self._partial = np.zeros(0, np.float32)  # raw samples of the frame in progress (already output)
 
-    @property
-    def gain_db(self) -> float:
-        """The gain the frame in progress ramps to (dB)."""
-        return self._to_db
-
     def _next_gain(self, e: float, peak: float) -> float:
         """Update the trackers with a whole frame of level ``e`` (dBFS) and peak ``peak``; the gain (dB) for the
         next frame."""
@@ -220,6 +215,12 @@ TASK_DEFAULTS: dict[str, AgcConfig | None] = {"kws": AgcConfig(), "denoise": DEN
 AGC_CHOICES = ("graph", "on", "off")  # listen / transcribe / denoise --agc
 
 
+def task_agc(task: str) -> AgcConfig:
+    """The settings a graph of ``task`` gets when the control is asked for: :data:`TASK_DEFAULTS`' (a
+    denoiser's differ from a keyword spotter's), else the defaults."""
+    return TASK_DEFAULTS.get(task) or AgcConfig()
+
+
 def resolve_agc(choice: bool | str | AgcConfig, graph: AgcConfig | None, task: str = "") -> AgcConfig | None:
     """The level control a stream gets: ``"graph"`` / ``True`` what the graph's metadata names (``graph``, or
     none), ``"off"`` / ``False`` none, ``"on"`` the graph's settings or, when it names none, the ``task``'s
@@ -231,7 +232,7 @@ def resolve_agc(choice: bool | str | AgcConfig, graph: AgcConfig | None, task: s
     if choice is False or choice == "off":
         return None
     if choice == "on":
-        return graph or TASK_DEFAULTS.get(task) or AgcConfig()
+        return graph or task_agc(task)
     raise ValueError(f"--agc is one of {', '.join(AGC_CHOICES)}, got {choice!r}")
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from .denoise import EXTENSIONS, Writer
 from .interrupts import Terminated, ignore_ctrl_c, one_ctrl_c, sigterm_unwinds, whole_blocks
+from .level import AGC_CHOICES
 
 METER_DB_RANGE = 60.0  # the meter's bar spans -60..0 dBFS
 METER_WIDTH = 20  # characters of bar
@@ -112,7 +113,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--agc", choices=("graph", "on", "off"), default="graph",
+    ap.add_argument("--agc", choices=AGC_CHOICES, default="graph",
                     help="the input level control (quiet input raised to the level the model was trained on): "
                          "as the graph asks (default; the shipped keyword spotters do), on, or off")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="one JSON object per detection (and no meter)")

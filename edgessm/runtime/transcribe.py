@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from .level import AGC_CHOICES
+
 BLOCK_S = 1.0  # seconds of a recording read per block
 PROGRESS_MIN_S = 5.0  # no progress bar for inputs shorter than this
 
@@ -35,7 +37,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--model", default="asr", help="shipped model name or path to a recognizer .onnx graph")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
-    ap.add_argument("--agc", choices=("graph", "on", "off"), default="graph",
+    ap.add_argument("--agc", choices=AGC_CHOICES, default="graph",
                     help="the input level control (quiet input raised to the level the model was trained on): as "
                          "the graph asks (default; the shipped recognizer does not), on, or off")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="JSON lines: one final segment each, with word timestamps")
