@@ -33,6 +33,19 @@ def test_wer_cer_and_utterance_errors_are_counted_per_system(model) -> None:
     assert "| ours | 33.3% |" in md and "| silent | 100.0% |" in md
 
 
+def test_one_word_sets_report_each_words_share_heard_exactly(model) -> None:
+    words = [asr.Utterance(str(i), np.concatenate([spoken(w), pause(0.2)]), ref)
+             for i, (w, ref) in enumerate([("go", "go"), ("no", "go"), ("up", "up")])]  # fmt: skip
+    res = asr.evaluate({"ours": asr.GraphRecognizer(model), "silent": lambda x: ""}, words, "toy")
+    assert res["ours"].per_word == {"go": [1, 2], "up": [1, 1]}
+    md = asr_markdown({"model": "ours", "sets": {"toy": {n: r.summary() for n, r in res.items()}}})
+    assert "| word | clips | ours | silent |" in md and "| go | 2 | 50% | 0% |" in md and "| up | 1 | 100% | 0% |" in md
+    sentences = [asr.Utterance("a", spoken("go up"), "go up")]  # not a set of words: no table
+    res = asr.evaluate({"ours": asr.GraphRecognizer(model)}, sentences, "toy")
+    assert res["ours"].per_word == {}
+    assert "Per word" not in asr_markdown({"model": "ours", "sets": {"toy": {"ours": res["ours"].summary()}}})
+
+
 def test_latencies_measure_onset_to_first_token_and_end_of_speech_to_final(model) -> None:
     utt = asr.Utterance("a", np.concatenate([pause(0.5), spoken("go"), pause(0.2)]), "go")
     lat = asr.latencies(model, [utt], tail_s=2.0)

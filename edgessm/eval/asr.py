@@ -256,6 +256,7 @@ class SetResult:
     busy_s: float = 0.0
     audio_s: float = 0.0
     examples: list[tuple[str, str]] = field(default_factory=list)  # (reference, hypothesis), the first few
+    per_word: dict[str, list[int]] = field(default_factory=dict)  # one-word references: word -> [right, heard]
 
     @property
     def wer(self) -> float:
@@ -280,11 +281,16 @@ class SetResult:
         self.audio_s += audio_s
         if len(self.examples) < 5:
             self.examples.append((ref, hyp))
+        if len(ref.split()) == 1:
+            tally = self.per_word.setdefault(ref, [0, 0])
+            tally[0] += hyp == ref
+            tally[1] += 1
 
     def summary(self) -> dict:
         return {"system": self.system, "set": self.set, "wer": self.wer, "cer": self.cer,
                 "utterance_error_rate": self.sentences_wrong / max(1, self.utterances), "utterances": self.utterances,
-                "words": self.words, "rtf": self.rtf, "audio_s": self.audio_s, "examples": self.examples}  # fmt: skip
+                "words": self.words, "rtf": self.rtf, "audio_s": self.audio_s, "examples": self.examples,
+                "per_word": dict(sorted(self.per_word.items()))}  # fmt: skip
 
 
 def evaluate(systems: dict[str, Callable[[np.ndarray], str]], utterances: Sequence[Utterance], set_name: str,

@@ -367,6 +367,7 @@ def asr_markdown(report: dict) -> str:
             lines.append(f"| {name} | {s['wer']:.1%} | {s['cer']:.1%} | {s['utterance_error_rate']:.1%} | "
                          f"{_fmt('{:.4f}', s['rtf'])} |")  # fmt: skip
         lines.append("")
+        lines += _asr_per_word(systems)
     lat = report.get("latency")
     if lat:
         ft, fi, cp = lat["first_token_s"], lat["final_s"], lat["compute_per_chunk_ms"]
@@ -377,6 +378,24 @@ def asr_markdown(report: dict) -> str:
                   f"| final result after end of speech | {fi['median']:.2f} s | {fi['p90']:.2f} s |",
                   f"| compute per chunk (1 thread) | {cp['median']:.2f} ms | {cp['p90']:.2f} ms |", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _asr_per_word(systems: dict) -> list[str]:
+    """A set of one-word utterances: each word's share heard exactly, per system (words as columns would not
+    fit: a row per word); nothing for sets of sentences or strings."""
+    tallies = {name: s.get("per_word") or {} for name, s in systems.items()}
+    first = next(iter(systems.values()))
+    words = sorted(set().union(*tallies.values()))
+    if not words or sum(t[1] for t in next(iter(tallies.values())).values()) != first["utterances"]:
+        return []
+    names = list(systems)
+    lines = ["Per word (share of its clips heard exactly):", "",
+             "| word | clips | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]  # fmt: skip
+    for w in words:
+        heard = next(t[w][1] for t in tallies.values() if w in t)
+        cells = [f"{tallies[n][w][0] / tallies[n][w][1]:.0%}" if w in tallies[n] else "—" for n in names]
+        lines.append(f"| {w} | {heard} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def asr_plots(report: dict, out: Path) -> list[Path]:
