@@ -39,7 +39,10 @@ def test_one_word_sets_report_each_words_share_heard_exactly(model) -> None:
     res = asr.evaluate({"ours": asr.GraphRecognizer(model), "silent": lambda x: ""}, words, "toy")
     assert res["ours"].per_word == {"go": [1, 2], "up": [1, 1]}
     md = asr_markdown({"model": "ours", "sets": {"toy": {n: r.summary() for n, r in res.items()}}})
-    assert "| word | clips | ours | silent |" in md and "| go | 2 | 50% | 0% |" in md and "| up | 1 | 100% | 0% |" in md
+    assert res["ours"].heard_instead == {"go": {"no": 1}}
+    assert res["silent"].heard_instead == {"go": {"": 2}, "up": {"": 1}}
+    assert "| word | clips | ours | silent | silent heard instead |" in md
+    assert "| go | 2 | 50% | 0% | (nothing) ×2 |" in md and "| up | 1 | 100% | 0% | (nothing) |" in md
     sentences = [asr.Utterance("a", spoken("go up"), "go up")]  # not a set of words: no table
     res = asr.evaluate({"ours": asr.GraphRecognizer(model)}, sentences, "toy")
     assert res["ours"].per_word == {}

@@ -257,6 +257,7 @@ class SetResult:
     audio_s: float = 0.0
     examples: list[tuple[str, str]] = field(default_factory=list)  # (reference, hypothesis), the first few
     per_word: dict[str, list[int]] = field(default_factory=dict)  # one-word references: word -> [right, heard]
+    heard_instead: dict[str, dict[str, int]] = field(default_factory=dict)  # one-word references: word -> wrong hyps
 
     @property
     def wer(self) -> float:
@@ -285,12 +286,17 @@ class SetResult:
             tally = self.per_word.setdefault(ref, [0, 0])
             tally[0] += hyp == ref
             tally[1] += 1
+            if hyp != ref:
+                wrong = self.heard_instead.setdefault(ref, {})
+                wrong[hyp] = wrong.get(hyp, 0) + 1
 
     def summary(self) -> dict:
         return {"system": self.system, "set": self.set, "wer": self.wer, "cer": self.cer,
                 "utterance_error_rate": self.sentences_wrong / max(1, self.utterances), "utterances": self.utterances,
                 "words": self.words, "rtf": self.rtf, "audio_s": self.audio_s, "examples": self.examples,
-                "per_word": dict(sorted(self.per_word.items()))}  # fmt: skip
+                "per_word": dict(sorted(self.per_word.items())),
+                "heard_instead": {w: dict(sorted(h.items(), key=lambda kv: (-kv[1], kv[0])))
+                                  for w, h in sorted(self.heard_instead.items())}}  # fmt: skip
 
 
 def evaluate(systems: dict[str, Callable[[np.ndarray], str]], utterances: Sequence[Utterance], set_name: str,

@@ -382,19 +382,25 @@ def asr_markdown(report: dict) -> str:
 
 def _asr_per_word(systems: dict) -> list[str]:
     """A set of one-word utterances: each word's share heard exactly, per system (words as columns would not
-    fit: a row per word); nothing for sets of sentences or strings."""
+    fit: a row per word), and what the last system (``words`` when told the vocabulary) wrote instead, most
+    often first; nothing for sets of sentences or strings."""
     tallies = {name: s.get("per_word") or {} for name, s in systems.items()}
     first = next(iter(systems.values()))
     words = sorted(set().union(*tallies.values()))
     if not words or sum(t[1] for t in next(iter(tallies.values())).values()) != first["utterances"]:
         return []
     names = list(systems)
+    instead = systems[names[-1]].get("heard_instead") or {}
     lines = ["Per word (share of its clips heard exactly):", "",
-             "| word | clips | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]  # fmt: skip
+             "| word | clips | " + " | ".join(names) + f" | {names[-1]} heard instead |",
+             "|---|---:|" + "---:|" * len(names) + "---|"]  # fmt: skip
     for w in words:
         heard = next(t[w][1] for t in tallies.values() if w in t)
         cells = [f"{tallies[n][w][0] / tallies[n][w][1]:.0%}" if w in tallies[n] else "—" for n in names]
-        lines.append(f"| {w} | {heard} | " + " | ".join(cells) + " |")
+        wrong = ", ".join(
+            f"{h or '(nothing)'}" + (f" ×{k}" if k > 1 else "") for h, k in list(instead.get(w, {}).items())[:3]
+        )
+        lines.append(f"| {w} | {heard} | " + " | ".join(cells) + f" | {wrong} |")
     return [*lines, ""]
 
 
