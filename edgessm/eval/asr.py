@@ -33,6 +33,7 @@ Both are algorithmic (stream time); the compute per 20 ms chunk is reported besi
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -256,8 +257,7 @@ class SetResult:
     busy_s: float = 0.0
     audio_s: float = 0.0
     examples: list[tuple[str, str]] = field(default_factory=list)  # (reference, hypothesis), the first few
-    per_word: dict[str, list[int]] = field(default_factory=dict)  # one-word references: word -> [right, heard]
-    heard_instead: dict[str, dict[str, int]] = field(default_factory=dict)  # one-word references: word -> wrong hyps
+    heard_as: dict[str, Counter[str]] = field(default_factory=dict)  # one-word references: word -> hypotheses
 
     @property
     def wer(self) -> float:
@@ -266,6 +266,17 @@ class SetResult:
     @property
     def cer(self) -> float:
         return self.char_errors / max(1, self.chars)
+
+    @property
+    def per_word(self) -> dict[str, list[int]]:
+        """One-word references: word -> [clips heard exactly, clips]."""
+        return {w: [h[w], h.total()] for w, h in sorted(self.heard_as.items())}
+
+    @property
+    def heard_instead(self) -> dict[str, dict[str, int]]:
+        """One-word references: word -> the wrong hypotheses (``""``: nothing) and their counts, most often first."""
+        wrong = {w: [(hyp, k) for hyp, k in h.items() if hyp != w] for w, h in sorted(self.heard_as.items())}
+        return {w: dict(sorted(hk, key=lambda x: (-x[1], x[0]))) for w, hk in wrong.items() if hk}
 
     @property
     def rtf(self) -> float:
@@ -283,20 +294,13 @@ class SetResult:
         if len(self.examples) < 5:
             self.examples.append((ref, hyp))
         if len(ref.split()) == 1:
-            tally = self.per_word.setdefault(ref, [0, 0])
-            tally[0] += hyp == ref
-            tally[1] += 1
-            if hyp != ref:
-                wrong = self.heard_instead.setdefault(ref, {})
-                wrong[hyp] = wrong.get(hyp, 0) + 1
+            self.heard_as.setdefault(ref, Counter())[hyp] += 1
 
     def summary(self) -> dict:
         return {"system": self.system, "set": self.set, "wer": self.wer, "cer": self.cer,
                 "utterance_error_rate": self.sentences_wrong / max(1, self.utterances), "utterances": self.utterances,
                 "words": self.words, "rtf": self.rtf, "audio_s": self.audio_s, "examples": self.examples,
-                "per_word": dict(sorted(self.per_word.items())),
-                "heard_instead": {w: dict(sorted(h.items(), key=lambda kv: (-kv[1], kv[0])))
-                                  for w, h in sorted(self.heard_instead.items())}}  # fmt: skip
+                "per_word": self.per_word, "heard_instead": self.heard_instead}  # fmt: skip
 
 
 def evaluate(systems: dict[str, Callable[[np.ndarray], str]], utterances: Sequence[Utterance], set_name: str,

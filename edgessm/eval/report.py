@@ -398,7 +398,7 @@ def _asr_per_word(systems: dict) -> list[str]:
         heard = next(t[w][1] for t in tallies.values() if w in t)
         cells = [f"{tallies[n][w][0] / tallies[n][w][1]:.0%}" if w in tallies[n] else "—" for n in names]
         wrong = ", ".join(
-            f"{h or '(nothing)'}" + (f" ×{k}" if k > 1 else "") for h, k in list(instead.get(w, {}).items())[:3]
+            (h or "(nothing)") + (f" ×{k}" if k > 1 else "") for h, k in list(instead.get(w, {}).items())[:3]
         )
         lines.append(f"| {w} | {heard} | " + " | ".join(cells) + f" | {wrong} |")
     return [*lines, ""]
