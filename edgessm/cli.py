@@ -31,6 +31,7 @@ COMMANDS = {
     "soup": ("edgessm.train.soup", "average the weights of fine-tunes of one network into one model (a model soup)"),
     "pack": ("edgessm.train.pack", "a recipe's training data compressed into one folder, to train on another machine"),
     "train": ("edgessm.train.cli", "train a model (shipped recipe or your config) on CPU or GPUs"),
+    "runs": ("edgessm.train.status", "where training runs stand: steps, examples, speed, scores, how to resume"),
     "lm": ("edgessm.train.lm", "a word n-gram model for transcribe --lm (licensed text, training transcripts)"),
     "export": ("edgessm.deploy.cli", "write and verify the stepwise ONNX graph of a trained model"),
     "eval": ("edgessm.eval.cli", "measure a model on held-out clips and long test streams (no torch)"),
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # a verb may start itself again (train: processes)
     if not getattr(args, "func", None):
         ap.print_help()
         return 2

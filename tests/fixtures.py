@@ -201,6 +201,7 @@ clip_samples = 8192
 steps = {steps}
 batch_size = 4
 workers = 0
+processes = 1
 """
     )
     return path

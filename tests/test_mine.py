@@ -219,7 +219,7 @@ def test_training_on_mined_negatives_runs(sc_folder: Path, tmp_path: Path) -> No
 
 
 def test_a_pack_carries_the_mined_recordings_and_training_from_it_reads_them(sc_folder: Path, tmp_path: Path,
-                                                                              capsys) -> None:  # fmt: skip
+                                                                              capfd) -> None:  # fmt: skip
     """`edgessm pack` of a recipe with mined negatives packs their recordings whole with a mined.csv naming
     them at the same times; `train --pack` trains on them (nothing of the source folders needed there)."""
     import json
@@ -251,5 +251,5 @@ def test_a_pack_carries_the_mined_recordings_and_training_from_it_reads_them(sc_
     (tmp_path / "m.csv").unlink()  # the training machine has only the pack
     run = tmp_path / "run"
     assert main(["train", str(recipe), "--pack", str(out), "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
-    assert "done: step 2 of 2" in capsys.readouterr().out
+    assert "done: step 2 of 2" in capfd.readouterr().out  # two training processes on 2 cores: fd 1
     assert json.loads((run / "config.json").read_text())["data"]["mined_negatives"] == str(out.resolve() / "mined.csv")

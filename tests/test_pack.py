@@ -166,7 +166,7 @@ def _manifest(path: Path, wavs: list[Path], source: str) -> str:
     return f"manifest:{path}"
 
 
-def test_a_denoise_pack_keeps_each_recipe_keys_clips_and_the_held_out_noise(tmp_path: Path, capsys) -> None:
+def test_a_denoise_pack_keeps_each_recipe_keys_clips_and_the_held_out_noise(tmp_path: Path, capfd) -> None:
     """Clean speech, word-stream speakers, babble talkers and music each come back from the pack under
     their own recipe key; the validation noise is still found by name; test speakers stay out."""
     from fixtures import clean_and_noise_folders
@@ -231,7 +231,7 @@ workers = 0
 
     run = tmp_path / "run"
     assert main(["train", str(cfg), "--pack", str(out), "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
-    assert "done: step 3 of 3" in capsys.readouterr().out
+    assert "done: step 3 of 3" in capfd.readouterr().out  # two training processes on 2 cores: fd 1
     data = json.loads((run / "config.json").read_text())["data"]
     root = out.resolve()
     assert data["sources"] == [f"pack:{root}@speech"] and data["babble_sources"] == [f"pack:{root}@talkers"]

@@ -9,6 +9,8 @@
     trainstep training-step time of a recipe and its variants (params, MFLOP/s, seconds per step, ratios)
     roofline  a recipe's training step by block: operations, FLOPs, bytes; eager and fused time on a target GPU
     loader    data-loader throughput of a recipe: one core's examples/s and the trainer's loader by worker count
+    train     end-to-end training speed of a recipe as `edgessm train` runs it: examples/s, time to first step,
+              data wait, one row per variant (processes, threads, workers, batch, front)
     soak      an hour of speech + noise piped through listen, denoise and transcribe: real-time factor,
               memory over time, samples in = out, the same output for a repeated segment, state drift
 """
@@ -25,6 +27,7 @@ BENCHMARKS = {
     "trainstep": "edgessm.bench.trainstep",
     "roofline": "edgessm.bench.roofline",
     "loader": "edgessm.bench.loader",
+    "train": "edgessm.bench.train",
     "soak": "edgessm.bench.soak",
 }
 

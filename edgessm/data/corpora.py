@@ -259,6 +259,17 @@ def shared_read_speech(shared: Path | None = None) -> list[Clip]:
     ]
 
 
+def shared_librispeech_5(shared: Path | None = None) -> list[Clip]:
+    """4.3 h of real read English (Mini LibriSpeech ``train-clean-5``: 1,237 utterances, 23 speakers) with
+    LibriSpeech's human transcripts. Its speakers also read other chapters in ``real_sentences_pseudolabeled``
+    under the same speaker ids, so a split by speaker keeps each reader on one side across both folders."""
+    d = (shared or shared_data_dir()) / "librispeech_train_clean_5"
+    return [
+        Clip(str(d / r["path"]), speaker=r["speaker"], text=normalize_text(r["transcript"]), source="librispeech_5")
+        for r in _rows(d / "manifest.csv")
+    ]
+
+
 def shared_pseudolabeled_sentences(shared: Path | None = None, labels: str | os.PathLike | None = None) -> list[Clip]:
     """2.6 h of real English sentences (351 LibriSpeech utterances of 261 speakers, 619 spoken coffee orders)
     with machine transcripts: the folder's own Whisper tiny.en text, spelled out in our alphabet, or the

@@ -1,9 +1,11 @@
 """Decoded audio held in memory: every clip of a training set read once, resampled to 16 kHz and
 stored as int16 in one flat buffer (shared copy-on-write by data-loader workers).
 
-With ``cache=True`` the decoded buffer is also saved under ``<cache_dir>/stores/`` keyed by the files'
-paths, sizes and modification times (and ``max_samples``), so a resumed or repeated run maps it back
-in seconds instead of decoding tens of thousands of files again; a changed file changes the key."""
+With ``cache=True`` the decoded buffer is also saved under ``<cache_dir>/stores/KEY/`` (two ``.npy`` files)
+keyed by the files' paths, sizes and modification times (and ``max_samples``), so a resumed or repeated run
+memory-maps it back at once instead of decoding tens of thousands of files again (58k Speech Commands clips:
+~150 s on 2 cores); the pages are shared by every data-loader process and read only where an example touches
+them. A changed file changes the key."""
 
 from __future__ import annotations
 
@@ -12,11 +14,14 @@ import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 from . import pack
 from .audio import SAMPLE_RATE, load_audio
+
+CACHE_MIN_FILES = 256  # cache="auto": smaller sets are decoded again (milliseconds)
 
 
 def loudest_window(x: np.ndarray, length: int) -> np.ndarray:
@@ -35,14 +40,18 @@ class AudioStore:
         paths: audio files.
         max_samples: keep at most this many samples per clip (its loudest window); 0 keeps all.
         progress: show a progress bar while decoding.
+        cache: keep the decoded buffer on disk for the next run (see the module); ``"auto"``: for sets of at
+            least ``CACHE_MIN_FILES`` files (a few files decode in less time than their digest takes).
     """
 
     def __init__(self, paths: Sequence[str], max_samples: int = 0, progress: bool = False, workers: int = 4,
-                 cache: bool = False) -> None:  # fmt: skip
+                 cache: bool | str = False) -> None:  # fmt: skip
+        if cache == "auto":
+            cache = len(paths) >= CACHE_MIN_FILES
         cached = _cache_path(paths, max_samples) if cache else None
-        if cached is not None and cached.is_file():
-            with np.load(cached) as z:
-                self.offsets, self.data = z["offsets"], z["data"]
+        if cached is not None and (cached / "data.npy").is_file():
+            self.offsets = np.load(cached / "offsets.npy")
+            self.data = np.load(cached / "data.npy", mmap_mode="r")
             return
 
         pack.prefetch(paths)  # clips of a data pack: its shards decoded once, in parallel
@@ -64,11 +73,7 @@ class AudioStore:
         self.offsets = np.concatenate([[0], np.cumsum(lengths)])
         self.data = np.concatenate(arrays) if arrays else np.zeros(0, np.int16)
         if cached is not None:
-            from edgessm.atomic import atomic_path
-
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_path(cached) as tmp, open(tmp, "wb") as f:
-                np.savez(f, offsets=self.offsets, data=self.data)
+            _save_cache(cached, self.offsets, self.data)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -104,7 +109,27 @@ def _cache_path(paths: Sequence[str], max_samples: int):
     for p in paths:
         st = os.stat(pack.file_of(p))  # a pack reference: its shard file
         h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return cache_dir() / "stores" / f"{h.hexdigest()[:24]}.npz"
+    return cache_dir() / "stores" / h.hexdigest()[:24]
+
+
+def _save_cache(folder, offsets: np.ndarray, data: np.ndarray) -> None:
+    """Write a store's two arrays into ``folder`` atomically: both are written into a temporary folder that
+    is renamed into place, so a reader sees a whole cache or none (an interrupted write leaves no half)."""
+    import shutil
+    import tempfile
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        np.save(tmp / "offsets.npy", offsets)
+        np.save(tmp / "data.npy", data)
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process cached the same clips first: theirs is as good
+            if not (folder / "data.npy").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class ClipDrawer:

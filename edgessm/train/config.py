@@ -8,6 +8,11 @@ A config has a ``task`` (``kws``, ``denoise`` or ``asr``) and sections:
 * ``[optim]``  :class:`OptimConfig`;
 * ``[train]``  :class:`RunConfig`.
 
+A recipe may also say what changes on a CPU or a GPU: tables ``[cpu.SECTION]`` and ``[cuda.SECTION]``
+(e.g. ``[cpu.train] batch_size = 32``, ``[cpu.optim] lr = 1e-3``) are laid over the config when the run
+trains on that device, before the ``--set`` overrides (which always win). A GPU recipe keeps its batch of
+256 and a CPU run of it its cache-friendly batch of 32, with one command.
+
 Shipped configs live in ``edgessm/train/configs/`` and are addressed by name (``kws``, ``denoise``...).
 """
 
@@ -56,9 +61,17 @@ class RunConfig:
     # it (train/graphed.py): the host out of the way of a launch-bound GPU step; CUDA, fixed-shape tasks (kws,
     # denoise), one process, bf16 or fp32, not with train.compile
     cuda_graphs: bool = False
-    workers: int = 2
+    # how the run uses the machine (edgessm.train.machine): "auto" or a number. On a CPU: one process per core
+    # (DDP over gloo), one thread each, examples made in each process; on CUDA: one process per GPU, cores - 1
+    # loader workers
+    processes: int | str = "auto"
+    threads: int | str = "auto"  # intra-op threads of each process
+    workers: int | str = "auto"  # data-loader processes of each training process
     eval_batches: int = 0  # 0: the whole validation set
     time_limit_min: float = 0.0  # fit the run into this wall time: steps (and schedule) shrink to the measured rate
+    # stop (with a checkpoint) after this many minutes of this process, the schedule unchanged: a long run in
+    # sittings, each continued later with --resume (0: no such stop)
+    stop_after_min: float = 0.0
     # the augmentation's tail (reverb, noise mixing, microphone, gain) batched on the training device
     # (train/device_mix.py): "auto" (on CUDA, for tasks that have it), "on", "off"
     device_augment: str = "auto"
@@ -87,7 +100,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        d = copy.deepcopy(d)
+        d = apply_profile(d, None)  # device tables are laid over by load_config; left over here, they go
         if "task" not in d:
             raise ValueError("a training config needs a top-level 'task' (kws, denoise or asr)")
         unknown = set(d) - {f.name for f in fields(cls)}
@@ -167,9 +180,27 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     return d
 
 
-def load_config(name_or_path: str, overrides: list[str] | None = None) -> TrainConfig:
-    """Load a TOML config (shipped name or path) and apply overrides."""
+DEVICE_PROFILES = ("cpu", "cuda")
+
+
+def apply_profile(d: dict[str, Any], device: str | None) -> dict[str, Any]:
+    """The config dictionary ``d`` without its device tables, with the one of ``device`` laid over it."""
+    d = copy.deepcopy(d)
+    profiles = {k: d.pop(k) for k in DEVICE_PROFILES if k in d}
+    for name, profile in profiles.items():
+        if not isinstance(profile, dict) or any(not isinstance(v, dict) for v in profile.values()):
+            raise ValueError(f"[{name}] holds tables of a section's values, e.g. [{name}.train] batch_size = 32")
+        if "model" in profile:
+            raise ValueError(f"[{name}.model]: a network is the same on every device (its weights move between them)")
+    for section, values in profiles.get(device or "", {}).items():
+        d.setdefault(section, {}).update(values)
+    return d
+
+
+def load_config(name_or_path: str, overrides: list[str] | None = None, device: str | None = None) -> TrainConfig:
+    """Load a TOML config (shipped name or path), lay its ``[DEVICE.*]`` tables over it for ``device``
+    (``cpu`` or ``cuda``; None: neither) and apply overrides."""
     path = resolve_config_path(name_or_path)
     with open(path, "rb") as f:
         d = tomllib.load(f)
-    return TrainConfig.from_dict(apply_overrides(d, overrides or []))
+    return TrainConfig.from_dict(apply_overrides(apply_profile(d, device), overrides or []))

@@ -6,7 +6,8 @@ A task turns a config into a model, datasets whose items are drawn from ``(index
 better). Data sources are strings:
 
 * ``shared:sc_train`` / ``shared:fsdd`` / ``shared:sc_digits`` / ``shared:negatives`` /
-  ``shared:read_speech`` / ``shared:sentences_pseudolabeled`` -- the real recordings in ``shared/data``
+  ``shared:read_speech`` / ``shared:librispeech_5`` / ``shared:sentences_pseudolabeled`` -- the real
+  recordings in ``shared/data``
   (never the SC test set); ``shared:sentences_pseudolabeled@LABELS`` takes its transcripts (and its
   pieces of long files) from an ``edgessm label`` manifest;
 * ``speech_commands:DIR`` -- a Google Speech Commands v2 folder;
@@ -57,6 +58,7 @@ _SHARED = {
     "sc_digits": corpora.shared_sc_digits,
     "negatives": corpora.shared_negative_phrases,
     "read_speech": corpora.shared_read_speech,
+    "librispeech_5": corpora.shared_librispeech_5,
     "sentences_pseudolabeled": corpora.shared_pseudolabeled_sentences,
 }
 
@@ -362,14 +364,16 @@ class KwsTask(Task):
             raise CorpusError("no training clips with a label of this task were found in the data sources")
         self.items = splits
         all_clips = splits["train"] + splits["validation"]
-        self.store = AudioStore([c.path for c, _ in all_clips], max_samples=self.data.clip_samples * 2, progress=True)
+        self.store = AudioStore(
+            [c.path for c, _ in all_clips], max_samples=self.data.clip_samples * 2, progress=True, cache="auto"
+        )
         self.n_train = len(splits["train"])
-        self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
+        self.noises = AudioStore(noise_paths(list(self.data.noise)), cache="auto") if self.data.noise else None
         wants_sentences = self.data.context_prob > 0 or self.data.sentence_negatives > 0 or self.data.sentence_babble
         if wants_sentences and not sentences:
             raise CorpusError("context_prob / sentence_negatives / sentence_babble need keyword-free sentences in "
                               "the sources (the synthetic corpus has them: synth:default)")  # fmt: skip
-        self.sentences = AudioStore(sentences) if wants_sentences else None
+        self.sentences = AudioStore(sentences, progress=True, cache="auto") if wants_sentences else None
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
         self.music = MusicBank(self.data.music_pieces, seed=self.cfg.train.seed) if self.data.music_pieces else None
         self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble, music=self.music)
@@ -412,7 +416,7 @@ class KwsTask(Task):
                              f"training speech of this recipe (e.g. {strange[0]}); mine with the same recipe "
                              "and sources (`edgessm mine RECIPE`)")  # fmt: skip
         paths = sorted({m.path for m in self.mined})
-        self.mined_store = AudioStore(paths, progress=True)
+        self.mined_store = AudioStore(paths, progress=True, cache="auto")
         where = {path: i for i, path in enumerate(paths)}
         self.mined_clip = [where[m.path] for m in self.mined]
 
@@ -746,7 +750,7 @@ class DenoiseTask(Task):
         # the order of one training pass: recorded clips repeated, synthetic voices once
         self.train_order = [i for i, c in enumerate(train)
                             for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
-        self.clean = AudioStore([c.path for c in train + val], progress=True)
+        self.clean = AudioStore([c.path for c in train + val], progress=True, cache="auto")
         self.words, self.word_index, self.word_spans = None, [], []
         if self.data.word_stream_prob > 0:
             self._prepare_words()
@@ -759,7 +763,7 @@ class DenoiseTask(Task):
         val_noise = [p for p in paths if pack.noise_stem(p) in held] or train_noise
         if not train_noise:
             raise CorpusError("every noise recording is held out; list fewer in data.*_noise_holdout")
-        self.noise_train, self.noise_val = AudioStore(train_noise), AudioStore(val_noise)
+        self.noise_train, self.noise_val = AudioStore(train_noise, cache="auto"), AudioStore(val_noise, cache="auto")
         # training noise: the real recordings plus colored, babble (of training speakers), music, hum
         settings = _resolve(self.cfg.augment)
         self.augment = augment.DenoiseAugment(
@@ -813,7 +817,7 @@ class DenoiseTask(Task):
                  if assign_split(c, self.data.validation_pct, self.data.test_pct) == "train"]  # fmt: skip
         if not clips:
             raise CorpusError(f"no training-speaker clips in data.babble_sources {list(self.data.babble_sources)}")
-        return ClipDrawer(AudioStore([c.path for c in clips], progress=True, cache=True))
+        return ClipDrawer(AudioStore([c.path for c in clips], progress=True, cache="auto"))
 
     def _recorded_music(self):
         """``(length, rng) -> crop`` of the ``music_sources`` recordings, or ``None`` (procedural music)."""
@@ -824,7 +828,7 @@ class DenoiseTask(Task):
         paths = noise_paths(list(self.data.music_sources))
         if not paths:
             raise CorpusError(f"data.music_sources {list(self.data.music_sources)} hold no recordings (`make music`)")
-        store = AudioStore(paths, max_samples=int(self.data.music_max_s * SAMPLE_RATE), progress=True, cache=True)
+        store = AudioStore(paths, max_samples=int(self.data.music_max_s * SAMPLE_RATE), progress=True, cache="auto")
         return NoiseBank.wrap(store, [Path(p).name for p in paths]).sample  # picklable for the loader workers
 
     def _prepare_words(self) -> None:
@@ -838,7 +842,7 @@ class DenoiseTask(Task):
                  if assign_split(c, self.data.validation_pct, self.data.test_pct) == "train"]  # fmt: skip
         if not clips:
             raise CorpusError(f"no training word clips in {list(self.data.word_sources)}")
-        self.words = AudioStore([c.path for c in clips], progress=True, cache=True)
+        self.words = AudioStore([c.path for c in clips], progress=True, cache="auto")
         floor = self.data.min_dynamic_range_db
         self.word_index = [i for i in range(len(clips)) if dynamic_range_db(self.words[i]) >= floor]
         # (clip, start, end) of each kept word's speech, found once rather than for every example
@@ -1108,7 +1112,7 @@ class CtcTask(Task):
         for c in clips:
             by_split.setdefault(self.split(c), []).append(c)
         self.clips = by_split["train"] + by_split["validation"]
-        self.store = AudioStore([c.path for c in self.clips], progress=True, cache=True)  # decoded once, reused
+        self.store = AudioStore([c.path for c in self.clips], progress=True, cache="auto")  # decoded once, reused
         # per split and kind: store indices of the utterances short enough to train on
         self.pool: dict[str, dict[str, list[int]]] = {s: {"sentence": [], "word": []} for s in by_split}
         for i, c in enumerate(self.clips):
@@ -1127,7 +1131,7 @@ class CtcTask(Task):
             for split, kinds in self.pool.items()
         }
         self.clip_weight = self._confidence_weights() if self.data.confidence_weighting else None
-        self.noises = AudioStore(noise_paths(list(self.data.noise))) if self.data.noise else None
+        self.noises = AudioStore(noise_paths(list(self.data.noise)), cache="auto") if self.data.noise else None
         # speed perturbation changes an example's length and timing, which the transcript survives but the
         # teacher's frames must follow: it is done here, before the warm-up, with the placements moved too
         augment_settings = dict(self.cfg.augment)

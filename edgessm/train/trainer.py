@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import json
 import math
 import os
@@ -43,7 +44,9 @@ from .allocator import keep_freed_memory
 from .config import TrainConfig, compile_mode
 from .device_mix import DeviceMixer
 from .graphed import StepGraph
+from .machine import machine_plan, resolve_device
 from .sampler import StepSampler
+from .status import RunStatus
 from .tasks import Task, build_task
 
 
@@ -210,27 +213,31 @@ class Trainer:
         progress: show a progress bar (rank 0 only).
         init: start from these model weights (a checkpoint ``.pt`` or a run folder's ``model.safetensors``)
             with a fresh optimizer and schedule: fine-tuning, or a new schedule for a run in progress.
+        recipe: the recipe's name or config path, as the run's status says it (``edgessm runs``).
+        resume_hint: the command that continues this run, as a stopped run says it (default: the recipe's).
     """
 
     def __init__(self, cfg: TrainConfig, out_dir: str | os.PathLike, device: str = "auto", resume: bool = False,
                  progress: bool = True, task: Task | None = None,
-                 init: str | os.PathLike | None = None, init_partial: bool = False) -> None:  # fmt: skip
+                 init: str | os.PathLike | None = None, init_partial: bool = False,
+                 recipe: str = "", resume_hint: str = "") -> None:  # fmt: skip
+        self.started = time.perf_counter()  # time to the first step is measured from here
         self.cfg = cfg
         self.out = Path(out_dir)
         self.rank, self.world, local = _dist_env()
         if self.world > 1 and not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() and device != "cpu" else "gloo"
-            dist.init_process_group(backend)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            # generous: the other processes wait at a barrier while rank 0 decodes the corpus once
+            dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
+        device = resolve_device(device)
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
+        # processes, threads and loader workers on this machine (train.processes/threads/workers, "auto")
+        self.plan = machine_plan(cfg.train, device, started=self.world)
+        torch.set_num_threads(self.plan.threads)
         if device == "cuda":
-            if not torch.cuda.is_available():
-                raise RuntimeError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
             self.device = torch.device("cuda", local)
             torch.cuda.set_device(self.device)
-            if cfg.train.workers:  # the GPU computes; this process only feeds it: leave the cores to the loader
-                cores = (os.cpu_count() or 1) // self.world  # this process's share of the machine
-                torch.set_num_threads(max(1, min(torch.get_num_threads(), cores - cfg.train.workers)))
         else:
             self.device = torch.device("cpu")
             keep_freed_memory()  # 2.4x faster CPU steps: no page faults on every step's activations
@@ -300,6 +307,52 @@ class Trainer:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
         self._stop = False
+        self.resume_hint = resume_hint
+        self.status = self._start_status(recipe)
+
+    def _start_status(self, recipe: str) -> RunStatus:
+        """This run's ``status.json`` (:mod:`.status`): a resumed run goes on counting its wall time."""
+        status = RunStatus()
+        if self.resume_from is not None:
+            with contextlib.suppress(FileNotFoundError, ValueError, TypeError):
+                status = RunStatus.load(self.out)
+                status.parts += 1
+        status.recipe = recipe or status.recipe
+        status.task, status.state, status.message = self.cfg.task, "starting", ""
+        status.step, status.total_steps = self.step, self.total_steps
+        status.device, status.threads = str(self.device), torch.get_num_threads()
+        status.workers, status.batch_size = self.plan.workers, self.cfg.train.batch_size
+        status.processes = self.world
+        status.first_step_s = None
+        self._wall_before = status.wall_s
+        return status
+
+    def _save_status(self, **values: Any) -> None:
+        if self.rank != 0:
+            return
+        st = self.status
+        for k, v in values.items():
+            setattr(st, k, v)
+        st.step, st.total_steps = self.step, self.total_steps
+        st.examples = self.step * self.cfg.train.batch_size
+        st.wall_s = self._wall_before + (time.perf_counter() - self.started)
+        self.out.mkdir(parents=True, exist_ok=True)
+        st.save(self.out)
+
+    def _resume_command(self) -> str:
+        if self.resume_hint:
+            return self.resume_hint
+        return f"edgessm train {self.status.recipe or 'RECIPE'} --out {self.out} --resume (and the same --set values)"
+
+    def _first_step(self, t_batch: float, logger: _Logger) -> None:
+        """Say (and keep in the status) how long the run took to start: set-up and data, then the first step."""
+        now = time.perf_counter()
+        self._save_status(state="training", first_step_s=now - self.started)
+        if self.rank == 0:
+            procs = f"{self.world} processes x " if self.world > 1 else ""
+            print(f"first step after {now - self.started:.1f} s (data ready after {t_batch - self.started:.1f} s; "
+                  f"{procs}{torch.get_num_threads()} threads, {self.plan.workers} loader workers, batch "
+                  f"{self.cfg.train.batch_size})", flush=True)  # fmt: skip
 
     def _check_graphable(self) -> None:
         """Refuse ``train.cuda_graphs`` where one recorded step cannot be the training step (:func:`graph_refusal`)."""
@@ -388,7 +441,7 @@ class Trainer:
         return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
 
     def _loader(self, dataset, sampler) -> torch.utils.data.DataLoader:
-        return loader_for(self.task, dataset, sampler, self.cfg.train.workers, pin_memory=self.device.type == "cuda")
+        return loader_for(self.task, dataset, sampler, self.plan.workers, pin_memory=self.device.type == "cuda")
 
     def _device_mixer(self) -> DeviceMixer | None:
         """The task's batched augmentation tail when ``train.device_augment`` asks for it (``auto``: on CUDA)."""
@@ -448,8 +501,14 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Validation metrics of the current weights (rank 0's view; ``score``: higher is better)."""
         self.model.eval()
-        with torch.no_grad(), self._autocast():
-            metrics = self.task.evaluate(self.model, self.device, self.cfg.train.eval_batches)
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu" and self.world > 1:  # the other processes wait: use their cores meanwhile
+            torch.set_num_threads(max(threads, self.plan.cores))
+        try:
+            with torch.no_grad(), self._autocast():
+                metrics = self.task.evaluate(self.model, self.device, self.cfg.train.eval_batches)
+        finally:
+            torch.set_num_threads(threads)
         self.model.train()
         return metrics
 
@@ -463,9 +522,17 @@ class Trainer:
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        if self.rank != 0:  # rank 0 decodes the corpus first (and caches it); the others then map its cache
+            try:
+                self._barrier()
+            except RuntimeError:  # it stopped instead (a data error): its message says why
+                raise SystemExit(f"edgessm train: process {self.rank}: process 0 stopped while it read the data"
+                                 ) from None  # fmt: skip
         mixer = self._device_mixer()
         echo = cfg.train.echo
         train_set = self.task.train_set()
+        if self.rank == 0:
+            self._barrier()
         sampler = StepSampler(len(train_set), cfg.train.batch_size, cfg.train.steps, cfg.train.seed,
                               start_step=self.step // echo, rank=self.rank, world=self.world)  # fmt: skip
         logger = _Logger(self.out, enabled=self.rank == 0, resume_step=self.step)
@@ -479,13 +546,23 @@ class Trainer:
             )
         metrics: dict[str, float] = {}
         t_last, items = time.perf_counter(), 0
+        waited = 0.0  # seconds the step waited for the loader since the last log row
+        t_ready = time.perf_counter()  # when the last step ended (the next batch is wanted from then on)
         clock = _TimeLimit(cfg.train.time_limit_min, self.step)
+        if cfg.train.stop_after_min < 0:
+            raise ValueError(f"train.stop_after_min must be >= 0 (0: no stop), got {cfg.train.stop_after_min}")
+        stop_at = self.started + 60 * cfg.train.stop_after_min if cfg.train.stop_after_min else None
         full_budget_steps = max(1, round(cfg.optim.warmup * cfg.train.steps))  # the LR warmup
-        checked = self.step
+        checked = checked_start = self.step
         self.model.train()
         step_fn = self._graphed_step() if self.graphed else self._train_step
         try:
             for batch in self._batches(self._loader(train_set, sampler), mixer, echo):
+                first = self.step == checked_start
+                t_batch = time.perf_counter()
+                waited += t_batch - t_ready
+                if first:  # the loader's start-up is its own number, not the first row's data wait
+                    waited = 0.0
                 budget = step_budget(self.model, cfg.train.seed, self.step, full_budget_steps)
                 progress = self.step / max(1, self.total_steps)
                 if self.graphed:  # per-step values enter a recorded step as device tensors
@@ -501,8 +578,15 @@ class Trainer:
                 self.scheduler.step()
                 self.step += 1
                 items += cfg.train.batch_size
+                if first:
+                    t_last, items = time.perf_counter(), 0  # rates count from the first step's end
+                    self._first_step(t_batch, logger)
                 if stop_after is not None and self.step >= stop_after:
                     self._stop = True
+                if stop_at is not None and time.perf_counter() >= stop_at:  # train.stop_after_min: this sitting ends
+                    self._stop = True
+                if self.world > 1 and self.device.type == "cpu":  # a signal reaches the processes at different
+                    self._stop = self._any(self._stop)  # steps: all stop after the same one (free on gloo)
                 fitted = clock.fit(self.step)  # every process at the same step: all reach _min together
                 if fitted is not None:
                     fitted = min(cfg.train.steps, self._min(max(self.step + 1, fitted)))
@@ -530,33 +614,39 @@ class Trainer:
                     now = time.perf_counter()
                     lr = float(self.scheduler.get_last_lr()[0])
                     row = {"step": self.step, "loss": self._mean(float(loss)), "lr": lr, "grad_norm": float(grad_norm),
-                           "items_per_s": items / max(1e-9, now - t_last)}  # fmt: skip
+                           "items_per_s": items / max(1e-9, now - t_last),
+                           "data_wait": waited / max(1e-9, now - t_last)}  # fmt: skip
                     row.update({k: self._mean(v) for k, v in parts.items()})
                     if budget is not None:  # the same on every process
                         row["budget"] = budget
-                    t_last, items = now, 0
+                    t_last, items, waited = now, 0, 0.0
                     logger.log(row)
+                    self._save_status(loss=row["loss"], items_per_s=row["items_per_s"], data_wait=row["data_wait"])
                     if bar is not None:
-                        bar.set_postfix(
-                            loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}", ips=f"{row['items_per_s']:.0f}"
-                        )
+                        bar.set_postfix(loss=f"{row['loss']:.4f}", lr=f"{row['lr']:.2e}",
+                                        ips=f"{row['items_per_s']:.0f}", wait=f"{row['data_wait']:.0%}")  # fmt: skip
                 if self.step % cfg.train.eval_every == 0 or last:
                     metrics = self._eval_and_keep_best(logger)
                 if self.step % cfg.train.checkpoint_every == 0 or last or self._stop:
                     if self.rank == 0:
-                        self.save_checkpoint()
+                        ckpt = self.save_checkpoint()
+                        self._save_status(checkpoint=str(ckpt))
                     self._barrier()
                 snap = cfg.train.snapshot_every
                 if snap > 0 and (self.step % snap == 0 or last) and self.rank == 0:
                     self.export_weights(self.out / "snapshots" / f"step_{self.step:07d}")
                 if bar is not None:
                     bar.update(1)
+                t_ready = time.perf_counter()
                 if last:
                     break
                 if self._stop:
                     if self.rank == 0:
-                        print(f"\nstopped at step {self.step}; continue with --resume", flush=True)
+                        print(f"\nstopped at step {self.step}; continue with: {self._resume_command()}", flush=True)
                     break
+        except BaseException as e:
+            self._save_status(state="failed", message=f"{type(e).__name__}: {e}".strip()[:500])
+            raise
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
@@ -565,6 +655,9 @@ class Trainer:
             logger.close()
         if self.rank == 0 and self.step >= self.total_steps:
             self.export_weights()
+            self._save_status(state="done", message=f"weights in {self.out / 'model.safetensors'}")
+        elif self.rank == 0:
+            self._save_status(state="stopped", message=f"continue with: {self._resume_command()}")
         self._barrier()
         return metrics
 
@@ -577,6 +670,7 @@ class Trainer:
             if score is not None and (self.best is None or score > self.best):
                 self.best = score
                 self.save_checkpoint("best.pt")
+            self._save_status(validation={k: float(v) for k, v in metrics.items()}, best=self.best)
         self._barrier()
         return metrics
 
@@ -587,6 +681,12 @@ class Trainer:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return float(t) / self.world
+
+    def _any(self, flag: bool) -> bool:
+        """Whether ``flag`` is true in any process."""
+        t = torch.tensor([int(flag)], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t)
 
     def _min(self, value: int) -> int:
         """The smallest ``value`` over the processes (all agree on a run's length)."""
