@@ -657,6 +657,19 @@ def test_music_bank_crops_prerendered_music_at_the_asked_level() -> None:
         MusicBank(pieces=0)
 
 
+def test_a_cached_music_bank_maps_the_same_pieces_back_without_rendering(tmp_path, monkeypatch) -> None:
+    from edgessm.data import noise
+
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path))
+    first = noise.MusicBank(pieces=2, seconds=0.25, seed=3, cache=True)
+    assert len(list((tmp_path / "music").glob("bank-2x0.25s-3-*.npy"))) == 1
+    monkeypatch.setattr(noise, "music_like", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rendered")))
+    again = noise.MusicBank(pieces=2, seconds=0.25, seed=3, cache=True)
+    assert isinstance(again.data, np.memmap) and np.array_equal(again.data, first.data)
+    with pytest.raises(AssertionError, match="rendered"):  # other settings: another bank
+        noise.MusicBank(pieces=2, seconds=0.25, seed=4, cache=True)
+
+
 def test_augmentation_draws_its_music_from_the_bank_when_given_one(monkeypatch) -> None:
     from edgessm.data import augment
     from edgessm.data.noise import MusicBank

@@ -27,15 +27,23 @@ def test_a_cpu_trains_one_process_per_core_with_one_thread_each() -> None:
     assert (plan.processes, plan.threads) == (1, 2)
 
 
+def test_batches_of_varying_length_train_in_one_process_beside_its_loader() -> None:
+    plan = machine_plan(RunConfig(batch_size=8), "cpu", cores=2, even=False)
+    assert (plan.processes, plan.threads, plan.workers) == (1, 2, 2)
+
+
 def test_explicit_numbers_win_and_a_started_run_counts_its_processes() -> None:
     plan = machine_plan(RunConfig(batch_size=32, processes=1), "cpu", cores=2)
+    assert (plan.processes, plan.threads, plan.workers) == (1, 2, 2)  # one process: a loader beside the step
+    plan = machine_plan(RunConfig(batch_size=32, processes=1, workers=0), "cpu", cores=2)
     assert (plan.processes, plan.threads, plan.workers) == (1, 2, 0)
     plan = machine_plan(RunConfig(batch_size=32, processes=1, workers=1), "cpu", cores=2)
-    assert (plan.threads, plan.workers) == (1, 1)  # the loader's core is not the step's
+    assert (plan.threads, plan.workers) == (2, 1)
     plan = machine_plan(RunConfig(batch_size=32, threads=3), "cpu", cores=2)
     assert plan.threads == 3
     # a trainer made in this process (or one of a launcher's) is the number of processes that run
     assert machine_plan(RunConfig(batch_size=32), "cpu", cores=2, started=1).threads == 2
+    assert machine_plan(RunConfig(batch_size=32), "cpu", cores=2, started=2).workers == 0
 
 
 def test_a_gpu_process_feeds_its_gpu_from_loader_workers() -> None:

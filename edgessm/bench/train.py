@@ -8,8 +8,8 @@ the step together, time to the first step, and where the time goes (the share th
 Each row is a real ``edgessm train RECIPE --stop-after STEPS`` in its own process tree (a fresh run folder, the
 recipe's defaults for ``--device`` and the row's ``--set`` overrides: processes, threads, loader workers and
 batch as the trainer resolves them), one row after another on the otherwise idle machine. Its run's
-``status.json`` and ``log.csv`` give the numbers: ``first step s`` from the start of the trainer to the end of
-its first step (set-up, data, the first batch; the decoded corpus cached by an earlier run or row);
+``status.json`` and ``log.csv`` give the numbers: ``first step s`` from the command to the end of its first
+step (imports, processes, set-up, data, the first batch; the decoded corpus cached by an earlier run or row);
 ``examples/s`` over the steps after the first log row (warm); ``data wait`` the share of that time the step
 waited for examples. ``ratio`` is a row's examples/s over the first row's.
 """
@@ -55,8 +55,9 @@ def command(recipe: str, out: Path, overrides: list[str], steps: int, log_every:
     return cmd
 
 
-def read_row(run: Path) -> dict[str, Any]:
-    """The numbers of a finished row from its run folder (``status.json``, ``log.csv``)."""
+def read_row(run: Path, launched_at: float | None = None) -> dict[str, Any]:
+    """The numbers of a finished row from its run folder (``status.json``, ``log.csv``); ``launched_at``: when
+    its command started (``time.time()``), for the time from the command to the first step."""
     status = json.loads((run / "status.json").read_text())
     with open(run / "log.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("items_per_s")]
@@ -65,8 +66,10 @@ def read_row(run: Path) -> dict[str, Any]:
         raise RuntimeError(f"{run}: the run logged no training rows")
     rate = sum(float(r["items_per_s"]) for r in warm) / len(warm)
     wait = sum(float(r.get("data_wait") or 0.0) for r in warm) / len(warm)
+    at = status.get("first_step_at")
     return {
         "first_step_s": status.get("first_step_s"),
+        "command_to_first_step_s": None if at is None or launched_at is None else at - launched_at,
         "examples_per_s": rate,
         "data_wait": wait,
         "processes": status.get("processes", 1),
@@ -90,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bench train: {out} holds a run already; --keep a new folder")
         cmd = command(args.recipe, out, overrides, args.steps, args.log_every, args.device, args.pack)
         print(f"# {label}: {shlex.join(cmd[2:])}", flush=True)
-        t0 = time.perf_counter()
+        t0, launched = time.perf_counter(), time.time()
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if done.returncode:
             print(done.stdout[-3000:])
             raise SystemExit(f"bench train: row {label!r} failed (exit {done.returncode})")
-        rows.append({"label": label, **read_row(out), "wall_s": time.perf_counter() - t0})
+        rows.append({"label": label, **read_row(out, launched), "wall_s": time.perf_counter() - t0})
     base = rows[0]["examples_per_s"]
     width = max(12, *(len(r["label"]) for r in rows))
     print(f"\n# {args.recipe} on {args.device}: {args.steps} steps per row, rates after the first "
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'examples/s':>10} {'data wait':>9} {'ratio':>6}")  # fmt: skip
     for r in rows:
         r["ratio"] = r["examples_per_s"] / base
-        first = "" if r["first_step_s"] is None else f"{r['first_step_s']:.1f}"
+        first = "" if r["command_to_first_step_s"] is None else f"{r['command_to_first_step_s']:.1f}"
         print(f"{r['label']:<{width}} {str(r['processes']) + ' x ' + str(r['threads']):>11} {r['workers']:>7} "
               f"{r['batch']:>5} {first:>12} {r['examples_per_s']:>10.1f} {r['data_wait']:>9.0%} "
               f"{r['ratio']:>6.2f}")  # fmt: skip

@@ -455,14 +455,26 @@ class MusicBank:
 
     ``bank(length, rng, level_dbfs)`` costs a crop instead of a rendering: for a training loader that
     draws music for many examples (a KWS example's music context took ~60% of its CPU time). Longer
-    requests join pieces end to end."""
+    requests join pieces end to end. ``cache``: keep the rendered bank on disk (``<cache_dir>/music/``, keyed
+    by the settings and this module's code) and map it back next time (256 pieces: ~10 s to render)."""
 
-    def __init__(self, pieces: int = 256, seconds: float = 8.0, seed: int = 0, sr: int = SAMPLE_RATE) -> None:
+    def __init__(self, pieces: int = 256, seconds: float = 8.0, seed: int = 0, sr: int = SAMPLE_RATE,
+                 cache: bool = False) -> None:  # fmt: skip
         if pieces < 1 or seconds <= 0:
             raise ValueError(f"a music bank needs pieces >= 1 and seconds > 0, got {pieces} and {seconds}")
+        path = _bank_path(pieces, seconds, seed, sr) if cache else None
+        if path is not None and path.is_file():
+            self.data = np.load(path, mmap_mode="r")
+            return
         n = int(seconds * sr)
         pieces_f = (music_like(n, np.random.default_rng([seed, i]), sr, -20.0) for i in range(pieces))
         self.data = np.stack([np.round(np.clip(x, -1, 1) * 32767).astype(np.int16) for x in pieces_f])
+        if path is not None:
+            from edgessm.atomic import atomic_path
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path) as tmp, open(tmp, "wb") as f:
+                np.save(f, self.data)
 
     def __len__(self) -> int:
         return self.data.shape[0]
@@ -476,6 +488,17 @@ class MusicBank:
             parts.append(piece[start : start + length - filled])
             filled += parts[-1].shape[0]
         return _to_level(np.concatenate(parts).astype(np.float32) / 32767.0, level_dbfs)
+
+
+def _bank_path(pieces: int, seconds: float, seed: int, sr: int):
+    """Where a rendered :class:`MusicBank` is cached: its settings and a digest of this module (the renderer)."""
+    import hashlib
+    from pathlib import Path
+
+    from .corpora import cache_dir
+
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return cache_dir() / "music" / f"bank-{pieces}x{seconds:g}s-{seed}-{sr}-{code}.npy"
 
 
 def _to_level(x: np.ndarray, level_dbfs: float) -> np.ndarray:

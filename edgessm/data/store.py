@@ -21,7 +21,9 @@ import numpy as np
 from . import pack
 from .audio import SAMPLE_RATE, load_audio
 
-CACHE_MIN_FILES = 256  # cache="auto": smaller sets are decoded again (milliseconds)
+# cache="auto": fewer files that are also smaller than this are decoded again (milliseconds)
+CACHE_MIN_FILES = 256
+CACHE_MIN_BYTES = 4 << 20
 
 
 def loudest_window(x: np.ndarray, length: int) -> np.ndarray:
@@ -41,13 +43,13 @@ class AudioStore:
         max_samples: keep at most this many samples per clip (its loudest window); 0 keeps all.
         progress: show a progress bar while decoding.
         cache: keep the decoded buffer on disk for the next run (see the module); ``"auto"``: for sets of at
-            least ``CACHE_MIN_FILES`` files (a few files decode in less time than their digest takes).
+            least ``CACHE_MIN_FILES`` files or ``CACHE_MIN_BYTES`` (a few short files decode at once).
     """
 
     def __init__(self, paths: Sequence[str], max_samples: int = 0, progress: bool = False, workers: int = 4,
                  cache: bool | str = False) -> None:  # fmt: skip
         if cache == "auto":
-            cache = len(paths) >= CACHE_MIN_FILES
+            cache = len(paths) >= CACHE_MIN_FILES or _total_bytes(paths) >= CACHE_MIN_BYTES
         cached = _cache_path(paths, max_samples) if cache else None
         if cached is not None and (cached / "data.npy").is_file():
             self.offsets = np.load(cached / "offsets.npy")
@@ -110,6 +112,12 @@ def _cache_path(paths: Sequence[str], max_samples: int):
         st = os.stat(pack.file_of(p))  # a pack reference: its shard file
         h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
     return cache_dir() / "stores" / h.hexdigest()[:24]
+
+
+def _total_bytes(paths: Sequence[str]) -> int:
+    """The size on disk of ``paths`` (a pack reference counts its whole shard once)."""
+    files = {pack.file_of(p) for p in paths}
+    return sum(os.stat(f).st_size for f in files)
 
 
 def _save_cache(folder, offsets: np.ndarray, data: np.ndarray) -> None:

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config
     from .machine import machine_plan, resolve_device
+    from .tasks import TASKS
     from .trainer import RunExistsError, Trainer
 
     overrides = list(args.overrides)
@@ -91,7 +92,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.validate:
             return _validate(cfg, args)
         launched = "WORLD_SIZE" in os.environ  # one of several processes (torchrun, or started below)
-        plan = machine_plan(cfg.train, device, started=int(os.environ["WORLD_SIZE"]) if launched else None)
+        even = TASKS[cfg.task].static_batches if cfg.task in TASKS else True  # equal shares of a batch
+        plan = machine_plan(cfg.train, device, started=int(os.environ["WORLD_SIZE"]) if launched else None, even=even)
         if plan.processes > 1 and not launched:
             return _launch(getattr(args, "argv", None), plan)
         trainer = Trainer(cfg, args.out, device=args.device, resume=args.resume, progress=not args.no_progress,

@@ -4,12 +4,15 @@
 device and the cores this process may run on, so the documented ``edgessm train RECIPE --out DIR`` is the
 fast command on a laptop, a 2-core VM and a GPU box alike:
 
-* **CPU**: one training process per core (up to 8), one thread each, and each process makes its own
-  examples between its steps (no loader workers). The processes average their gradients (DDP over gloo,
-  :mod:`.trainer`): the same updates as one process with the whole batch. Measured on 2 cores (kws_v7, 32
-  examples of 3 s a step, the spectrogram front): 2 processes x 1 thread 145-150 examples/s; one process
-  with 2 threads and a loader process 119 (the loader takes its core time from the step's threads, which
-  then wait for each other), 129 with the examples made in the process itself.
+* **CPU**, fixed-shape examples (keyword spotting, denoising): one training process per core (up to 8),
+  one thread each, and each process makes its own examples between its steps (no loader workers). The
+  processes average their gradients (DDP over gloo, :mod:`.trainer`): the same updates as one process with
+  the whole batch. Measured on 2 cores (`python -m edgessm.bench train`): kws_v8 146 examples/s against 114
+  for one process of 2 threads with 2 loader workers (the loader takes its core time from the step's
+  threads, which then wait for each other); denoise_v3_df 37 against 33.
+* **CPU**, batches of varying length (recognition): one process of ``cores`` threads with 2 loader workers:
+  split over processes, each step waits for the process with the longest utterances (asr_v3: 13.4
+  examples/s in one process, 9.9 in two).
 * **CUDA**: one process per GPU (start several with ``torchrun``), ``cores - 1`` loader workers per
   process (at most 14) and the threads left to the process that feeds the GPU.
 
@@ -68,11 +71,14 @@ def _count(name: str, value: int | str, low: int) -> int | None:
     return value
 
 
-def machine_plan(run, device: str, cores: int | None = None, started: int | None = None) -> MachinePlan:
+def machine_plan(run, device: str, cores: int | None = None, started: int | None = None,
+                 even: bool = True) -> MachinePlan:  # fmt: skip
     """The processes, threads and workers of a run (``run``: a :class:`~.config.RunConfig`) on ``device``
     (``cpu`` or ``cuda``) with ``cores`` cores (default: this process's). ``started``: the processes that
     already run it (a launcher's, or 1 for a trainer made in this process), which share the cores; None:
-    the run is yet to start, as ``train.processes`` says."""
+    the run is yet to start, as ``train.processes`` says. ``even``: every share of a batch costs the same
+    (fixed-shape examples); a task whose batches vary (utterances of different lengths) trains in one CPU
+    process, where the processes would wait for the one with the longest share at every step."""
     cores = cores or available_cores()
     processes = _count("processes", run.processes, 1)
     threads = _count("threads", run.threads, 1)
@@ -81,11 +87,14 @@ def machine_plan(run, device: str, cores: int | None = None, started: int | None
         processes = started
     if device == "cpu":
         if processes is None:
-            processes = min(cores, MAX_CPU_PROCESSES)
+            processes = min(cores, MAX_CPU_PROCESSES) if even else 1
             while processes > 1 and run.batch_size % processes:  # each process takes an equal share
                 processes -= 1
         share = max(1, cores // processes)
-        workers = 0 if workers is None else workers
+        if workers is None:  # one process per core makes its own examples; a single one has a loader
+            workers = 0 if processes > 1 or share == 1 else max(2, share // 4)
+        if threads is None and processes == 1 and workers:
+            threads = share  # measured: the step's threads beside the loader beat fewer threads
     else:
         processes = processes or 1
         share = max(1, cores // processes)

@@ -36,7 +36,8 @@ class RunStatus:
     examples: int = 0  # training examples seen, over every resumed part
     wall_s: float = 0.0  # wall time spent training, over every resumed part
     parts: int = 1  # 1 + the number of times the run was resumed
-    first_step_s: float | None = None  # this part's time from start-up to its first step
+    first_step_s: float | None = None  # this part's time from the trainer's start to its first step
+    first_step_at: float | None = None  # when that was (seconds since the epoch)
     items_per_s: float | None = None  # at the last log row
     data_wait: float | None = None  # the share of the time the step waited for the loader, at the last log row
     loss: float | None = None

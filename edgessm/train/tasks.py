@@ -375,7 +375,8 @@ class KwsTask(Task):
                               "the sources (the synthetic corpus has them: synth:default)")  # fmt: skip
         self.sentences = AudioStore(sentences, progress=True, cache="auto") if wants_sentences else None
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
-        self.music = MusicBank(self.data.music_pieces, seed=self.cfg.train.seed) if self.data.music_pieces else None
+        pieces = self.data.music_pieces
+        self.music = MusicBank(pieces, seed=self.cfg.train.seed, cache=True) if pieces else None
         self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble, music=self.music)
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
         self.keyword_train = [i for i, (_, lab) in enumerate(splits["train"])

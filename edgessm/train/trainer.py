@@ -323,7 +323,7 @@ class Trainer:
         status.device, status.threads = str(self.device), torch.get_num_threads()
         status.workers, status.batch_size = self.plan.workers, self.cfg.train.batch_size
         status.processes = self.world
-        status.first_step_s = None
+        status.first_step_s = status.first_step_at = None
         self._wall_before = status.wall_s
         return status
 
@@ -347,7 +347,7 @@ class Trainer:
     def _first_step(self, t_batch: float, logger: _Logger) -> None:
         """Say (and keep in the status) how long the run took to start: set-up and data, then the first step."""
         now = time.perf_counter()
-        self._save_status(state="training", first_step_s=now - self.started)
+        self._save_status(state="training", first_step_s=now - self.started, first_step_at=time.time())
         if self.rank == 0:
             procs = f"{self.world} processes x " if self.world > 1 else ""
             print(f"first step after {now - self.started:.1f} s (data ready after {t_batch - self.started:.1f} s; "
