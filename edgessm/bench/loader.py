@@ -29,6 +29,7 @@ import time
 import torch
 
 from edgessm.train.config import load_config
+from edgessm.train.machine import resolve_device
 from edgessm.train.sampler import StepSampler
 from edgessm.train.tasks import build_task
 
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
         overrides += pack_overrides(load_config(args.recipe, overrides), args.pack)
     try:
-        cfg = load_config(args.recipe, overrides)
+        cfg = load_config(args.recipe, overrides, device=resolve_device(args.device))  # its [cpu.*] or [cuda.*]
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise SystemExit(f"loader: {e}") from None
     batch = args.batch or cfg.train.batch_size

@@ -67,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
 def _row(recipe: str, overrides: list[str], label: str, batch: int | None, seconds: float | None,
          device: torch.device) -> dict[str, Any]:  # fmt: skip
     try:
-        cfg = load_config(recipe, overrides)
+        cfg = load_config(recipe, overrides, device=device.type)  # the recipe's [cpu.*] / [cuda.*] tables
         task = build_task(cfg)
         net = task.build_model()
         freeze(net, list(cfg.train.freeze))  # a row with train.freeze=[front] times a fine-tune's step

@@ -508,12 +508,22 @@ def spec_mask(
     for lo, hi in freq_bands:
         spec[:, (freqs >= lo) & (freqs <= hi)] = 0
     out = np.fft.irfft(spec, n=n_fft, axis=-1) * win
-    y, wss = np.zeros(total), np.zeros(total)
-    for k in range(n_frames):
-        y[k * hop : k * hop + n_fft] += out[k]
-        wss[k * hop : k * hop + n_fft] += win**2
+    y = _overlap_add(out, hop)
+    wss = _overlap_add(np.broadcast_to(win**2, out.shape), hop)
     y = y[half : half + t] / np.maximum(wss[half : half + t], 1e-12)
     return y.astype(np.float32)
+
+
+def _overlap_add(frames: np.ndarray, hop: int) -> np.ndarray:
+    """``(F, n)`` frames placed every ``hop`` samples and summed: ``((F - 1) hop + n,)``; ``n`` a multiple of
+    ``hop``, so the sum is ``n / hop`` shifted block additions (no loop over frames)."""
+    n_frames, n = frames.shape
+    r = n // hop
+    out = np.zeros((n_frames + r - 1, hop))
+    blocks = frames.reshape(n_frames, r, hop)
+    for j in range(r):
+        out[j : j + n_frames] += blocks[:, j]
+    return out.reshape(-1)
 
 
 @dataclass
