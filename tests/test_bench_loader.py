@@ -1,4 +1,4 @@
-"""``python -m edgessm.bench loader``: does the data keep up with the step? (issue 34)"""
+"""``python -m edgessm.bench loader``: does the data keep up with the step?"""
 
 from __future__ import annotations
 

@@ -158,7 +158,7 @@ def test_memory_s_bounds_every_block_at_its_own_rate() -> None:
 
 def test_kernel_length_reads_no_parameter_off_the_cpu() -> None:
     """live_length syncs with the parameters on a CPU only: on a GPU that read would stall every layer
-    of every step and stop CUDA graphs (issue 34)."""
+    of every step and stop CUDA graphs."""
     from edgessm.ssm.blocks import DepthwiseSSM
 
     layer = DepthwiseSSM(4, 4, 8)
@@ -169,7 +169,7 @@ def test_kernel_length_reads_no_parameter_off_the_cpu() -> None:
 @pytest.mark.parametrize("recipe", ["kws_v5", "denoise", "asr"])
 def test_recipe_networks_compile_into_one_graph(recipe) -> None:
     """No graph breaks (host syncs, data-dependent shapes) in the shipped networks' forward: torch.compile
-    makes one graph of it and the step can be captured (issue 34)."""
+    makes one graph of it and the step can be captured."""
     import torch._dynamo
 
     from edgessm.train.config import load_config

@@ -1069,7 +1069,7 @@ def test_frame_targets_mark_context_negatives_and_post_word_frames() -> None:
 
 
 def test_frame_targets_and_the_kws_loss_never_read_the_device(sc_folder: Path) -> None:
-    """No host sync in a training step (issue 34): the frame targets are built where the batch is (a batch on
+    """No host sync in a training step: the frame targets are built where the batch is (a batch on
     the meta device cannot be read by the host at all), and the loss parts stay tensors until a log step."""
     from edgessm.train.tasks import build_task, frame_targets
 

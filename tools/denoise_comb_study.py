@@ -1,4 +1,4 @@
-"""How far a pitch comb filter could lift the spectral denoiser: ideal-coefficient ceilings (issue 29).
+"""How far a pitch comb filter could lift the spectral denoiser: ideal-coefficient ceilings.
 
 The mask of ``nets/spectral.py`` has one real gain per ERB band above 1.6 kHz, so it cannot pass a
 harmonic and remove the noise beside it in the same band; its ideal (``eval --peers oracle``) stops near

@@ -1,4 +1,4 @@
-"""The RTF layers of a trained network: pole radii, float32 streaming error and the modal form's error (issue 32).
+"""The RTF layers of a trained network: pole radii, float32 streaming error and the modal form's error.
 
     .venv/bin/python tools/rtf_layer_report.py runs/rtf [--audio demos/keywords.wav] [--chunks 10]
 

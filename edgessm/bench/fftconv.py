@@ -9,7 +9,7 @@ the same run and reported as ratios:
 * ``scan``    - the recurrence itself, one time step after another (what training without the
   convolutional view would do).
 
-With ``--device cuda`` (issue 34) every row also has: the order the block measures on a GPU
+With ``--device cuda`` every row also has: the order the block measures on a GPU
 (``plan="auto"`` there: :func:`~edgessm.ssm.fftconv.measured_plan`) and its time, the chosen order with the
 PyTorch modal-kernel generator instead of the fused Triton one (``unfused``), the peak memory of a step
 and the CUDA kernels it launches (torch.profiler). Times there come from CUDA-synchronised wall clocks.

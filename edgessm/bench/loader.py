@@ -1,4 +1,4 @@
-"""Data-loader throughput of a recipe: does the data keep up with the step? (issue 34, item 5)
+"""Data-loader throughput of a recipe: does the data keep up with the step?
 
     python -m edgessm.bench loader kws_v7 --pack PACK --workers 1,2 --batch 64
     python -m edgessm.bench loader kws_v7 --pack PACK --workers 4,8,14 --batch 256 --profile   # a GPU box

@@ -117,7 +117,7 @@ class DiagonalModes(nn.Module):
 
         Off the CPU (and while ``torch.compile`` traces) it is ``length``: a kernel length read from the
         parameters would make the host wait for the GPU in every layer of every step, and a step that syncs
-        can be neither captured as a CUDA graph nor compiled into one graph (issue 34). The FFTs it saves are
+        can be neither captured as a CUDA graph nor compiled into one graph. The FFTs it saves are
         a small part of a GPU step.
         """
         if self.a_log.device.type != "cpu" or torch.compiler.is_compiling():

@@ -257,7 +257,7 @@ def measured_plan(
     timer: Callable[..., float] = time_plan,
 ) -> Plan:
     """The fastest of :data:`PLANS` for these sizes, timed once (:func:`time_plan`) and then cached in
-    :data:`MEASURED`: on a GPU the FLOP model is a poor guide (launch-bound sizes, cuFFT's sizes; issue 34),
+    :data:`MEASURED`: on a GPU the FLOP model is a poor guide (launch-bound sizes, cuFFT's sizes),
     so the blocks measure there. Where the fused contraction may run, natural-freq is timed with and
     without it (:data:`UNFUSED`). While ``torch.compile`` traces, an unmeasured shape gets the paper's rule."""
     key = (batch, h_in, h_out, n, length, kernel_length or length, str(torch.device(device)), dtype, backward)
@@ -298,7 +298,7 @@ def bottleneck_conv(u: Tensor, k: Tensor, b_bar: Tensor, c: Tensor, plan: Plan) 
         return torch.einsum("bnt,jn->bjt", x, c)
     if plan.order == "natural":
         uf, kf = _rfft(u, n_fft), _rfft(k, n_fft)
-        # fused: one kernel, the (B, N, F) intermediate never in memory (issue 34)
+        # fused: one kernel, the (B, N, F) intermediate never in memory
         if plan.fused is not False and _fused(uf.real):
             from . import fused
 

@@ -56,7 +56,7 @@ def band_energy(x: Tensor, k: Tensor, pool: int) -> Tensor:
     padded spectra, the squares, the broadcast of the mean) and transforms the gradient back to the full
     padded length for ``y``; here the band outputs ``y`` are the only thing kept, and the kernel gradient is
     the cross-correlation of ``x`` with ``dL/dy = 2 y dL/de / pool``, one forward FFT of ``dL/dy`` and a sum
-    over the batch in the frequency domain (issue 34: the front was ~90% of a kws training step on a CPU).
+    over the batch in the frequency domain (the front was ~90% of a kws training step on a CPU).
     """
     if x.dim() != 3 or x.shape[1] != 1 or k.dim() != 2:
         raise ValueError(f"band_energy takes x (B, 1, T) and k (F, Lk), got {tuple(x.shape)} and {tuple(k.shape)}")
@@ -112,7 +112,7 @@ def chunked_band_energy(x: Tensor, wr: Tensor, wi: Tensor, w: Tensor, pool: int,
 
     The same numbers as :func:`band_energy`'s FFT convolution over the whole input (no kernel truncation),
     without FFTs at the sample rate: the ``(B, F, T)`` band outputs are one matrix product, kept once for the
-    backward, which is two more products (issue 34: the front is most of a GPU step's memory traffic).
+    backward, which is two more products (the front is most of a GPU step's memory traffic).
     """
     b, one, t = (int(n) for n in x.shape)
     if one != 1 or t % pool or pool % sub:

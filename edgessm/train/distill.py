@@ -1,4 +1,4 @@
-"""Frame-level distillation from the teacher's encoder into the streaming recognizer (issue 30).
+"""Frame-level distillation from the teacher's encoder into the streaming recognizer.
 
 The paper's recognizer learnt from a teacher's frame-level outputs (wav2vec2 soft logits over 960 h). What
 runs offline here is Whisper tiny.en (:mod:`edgessm.data.teacher`), whose decoder speaks BPE tokens, not our

@@ -1,4 +1,4 @@
-"""A whole training step recorded once as a CUDA graph and replayed (``train.cuda_graphs``, issue 34).
+"""A whole training step recorded once as a CUDA graph and replayed (``train.cuda_graphs``).
 
 A kws step at batch 256 launches ~800 kernels of a few microseconds each; the host needs ~31 µs to queue
 each one, so an eager step takes ~25 ms where the device works ~7 ms (``bench roofline``). A CUDA graph

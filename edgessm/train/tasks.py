@@ -1017,7 +1017,7 @@ class AsrData:
     # beside CTC (0: off) and how far back (seconds, a multiple of 20 ms) the causal student's frame predicts.
     distill_weight: float = 0.0
     distill_lag_s: float = 0.08
-    # Teacher transcripts weighted by the teacher's confidence (sequence-level distillation, issue 30): each
+    # Teacher transcripts weighted by the teacher's confidence (sequence-level distillation): each
     # utterance with a confidence c (a source read through an ``edgessm label`` manifest:
     # shared:sentences_pseudolabeled@LABELS, or manifest:LABELS) weighs (c / mean c)^p in the CTC loss,
     # p = this value; human transcripts weigh 1. 0: off (every utterance weighs 1).

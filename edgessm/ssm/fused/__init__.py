@@ -1,4 +1,4 @@
-"""Fused Triton kernels for GPU training (issue 34), beside the PyTorch paths they replace.
+"""Fused Triton kernels for GPU training, beside the PyTorch paths they replace.
 
 * :func:`modal_kernel` (:mod:`.modal`): the diagonal blocks' kernels ``Σ_m c Re(Ā^l)`` without the basis.
 * :func:`project_convolve` (:mod:`.contraction`): the bottleneck blocks' frequency-domain contraction

@@ -10,7 +10,7 @@ a frame's chunks.
 The PyTorch path writes the band outputs ``y (R, F S)`` (the front's only sample-rate tensor, ``F`` times the
 audio) and keeps it for the backward. Here one program owns ``BLOCK_R`` rows of one band: two small products
 with ``y_f`` in registers, squared and summed there; only ``q (R, F)`` (``S`` times smaller) is written. The
-backward recomputes ``y_f`` the same way (issue 34: the front is most of a GPU training step's memory traffic),
+backward recomputes ``y_f`` the same way (the front is most of a GPU training step's memory traffic),
 with ``dL/dy_f = 2 dL/dq[r, f] · y_f``:
 
     dx[r, :]      = Σ_f dL/dy_f[r, :] Wx[f]ᵀ       one program per row block, bands walked (no atomics)
