@@ -371,3 +371,38 @@ def test_validation_keywords_are_real_for_words_with_enough_real_clips_and_say_w
     assert calibrate.real_validation_words() == {"yes"}
     words = [w for w, _ in calibrate.validation_keywords(per_word=100)]
     assert words.count("yes") == 30 and words.count("dog") == 2  # dog: one real clip and one synthetic voice
+
+
+class QuietEnergyModel(EnergyModel):
+    """:class:`EnergyModel` for speech at everyday levels (-35..-20 dBFS): 'yes' above -40 dBFS."""
+
+    def run(self, chunk, state):
+        loud = np.sqrt(np.mean(chunk.reshape(-1, 64) ** 2, axis=1)) > 0.01
+        logits = np.full((4, len(loud)), -10.0)
+        logits[0, loud] = 10.0
+        logits[3, ~loud] = 10.0
+        return logits, state
+
+
+def test_read_speech_counts_keywords_the_transcript_does_not_say(tmp_path) -> None:
+    """Running read speech: a detection of a word the utterance's transcript says (or a homophone of it) is not a
+    false accept; one in an utterance that never says it is."""
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip
+
+    sr = 16000
+    clips = []
+    for i, text in enumerate(["yes we can", "the weather is fine", "i said know"]):
+        x = np.zeros(sr * 3, np.float32)
+        x[sr : sr + 8000] = 0.3  # one loud burst: the stand-in graph hears 'yes'
+        write_audio(tmp_path / f"u{i}.wav", x, sr)
+        clips.append(Clip(str(tmp_path / f"u{i}.wav"), speaker=f"s{i}", text=text, source="t"))
+    speech = kws.read_speech(clips, seed=0)
+    assert len(speech.spans) == 3 and speech.spans[0][0] == 0 and speech.spans[-1][1] == len(speech.audio)
+    out = kws.read_speech_false_accepts(QuietEnergyModel(), speech, [0.4], DecisionConfig(0.4, 2, 1.0))
+    row = out["sweep"][0]
+    assert row["said_detections"] == 1  # "yes we can"
+    assert row["false_accepts"] == 2 and row["by_word"] == {"yes": 2}
+    assert row["false_accepts_per_hour"] == pytest.approx(2 / out["hours"])
+    md = kws_markdown({"read_speech": out})
+    assert "Running read speech" in md and "| 0.4 | 2 |" in md
