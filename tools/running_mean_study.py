@@ -1,4 +1,4 @@
-"""Does a keyword graph still hear a session after a long stretch of other sound? (Issue 32: the HADES block's
+"""Does a keyword graph still hear a session after a long stretch of other sound? (the HADES block's
 running mean.)
 
 A HADES block routes its expert heads on the input minus a causal running mean. The paper's mean is cumulative
