@@ -1125,7 +1125,7 @@ def test_music_contexts_come_from_the_music_bank(sc_folder: Path, tmp_path: Path
 
     from edgessm.data.audio import write_audio
     from edgessm.data.manifest import Clip
-    from edgessm.train import tasks
+    from edgessm.train import kws_task
 
     path = tmp_path / "sent" / "s0.wav"
     write_audio(path, (0.1 * np.random.default_rng(0).standard_normal(12000)).astype(np.float32), 16000)
@@ -1133,7 +1133,7 @@ def test_music_contexts_come_from_the_music_bank(sc_folder: Path, tmp_path: Path
     task = _kws_task_with_sentences(sc_folder, tmp_path, clips, context_prob=1.0, context_samples=8000,
                                     music_pieces=2)  # fmt: skip
     assert task.music is not None and len(task.music) == 2
-    monkeypatch.setattr(tasks, "music_like", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rendered")))
+    monkeypatch.setattr(kws_task, "music_like", lambda *a, **k: (_ for _ in ()).throw(AssertionError("rendered")))
     for i in range(40):  # kind 1 of the contexts is music: some of these draw it
         assert task._example("train", i % len(task.train_order), np.random.default_rng(i))["audio"].shape[-1] > 8000
 

@@ -8,7 +8,7 @@ ones unless ``--synthetic``) through an exported graph from the graph's start st
 ``edgessm listen`` does (smoothing, refractory) at a low threshold and without gates, and writes every
 detection as a row ``path,time_s,word,score`` of a CSV. A recipe reads it with ``[data]
 mined_negatives`` (and ``mined_fraction``): the seconds of that recording up to just after the
-detection, labelled "no keyword" at every frame (:class:`edgessm.train.tasks.KwsTask`)::
+detection, labelled "no keyword" at every frame (:class:`edgessm.train.kws_task.KwsTask`)::
 
     edgessm mine kws_v7 --model models/kws35 --out mined.csv
     edgessm train kws_v7 --init models/kws35 --out runs/hn --set data.mined_negatives=mined.csv \\
@@ -21,28 +21,13 @@ its mined negatives is still chosen on speech it never heard.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-FIELDS = ("path", "time_s", "word", "score")
-
-
-@dataclass(frozen=True)
-class Mined:
-    """One detection in keyword-free speech: ``word`` fired ``time_s`` seconds into ``path``."""
-
-    path: str
-    time_s: float
-    word: str
-    score: float
+from .mined import FIELDS, Mined, read_mined, write_mined  # noqa: F401  (the command's data, re-exported)
 
 
 def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Iterable], Iterable] = iter,
@@ -68,37 +53,6 @@ def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Ite
     return out, seconds
 
 
-def write_mined(path: str | Path, rows: Sequence[Mined]) -> None:
-    """The CSV ``path`` (atomically). Relative recording paths are read as relative to its folder."""
-    from edgessm.atomic import write_text
-
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(FIELDS)
-    w.writerows((r.path, f"{r.time_s:.3f}", r.word, f"{r.score:.4f}") for r in rows)
-    write_text(path, buf.getvalue())
-
-
-def read_mined(path: str | Path) -> list[Mined]:
-    """The rows of a CSV written by :func:`write_mined`; a clear error for anything else."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"mined negatives {path}: no such file (make it with `edgessm mine`)")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != FIELDS:
-            raise ValueError(f"mined negatives {path}: columns {reader.fieldnames}, expected {list(FIELDS)} "
-                             "(a CSV written by `edgessm mine`)")  # fmt: skip
-        root = path.parent.resolve()  # a relative path is the CSV folder's (a data pack's mined.csv)
-        try:
-            rows = [Mined(str(root / r["path"]), float(r["time_s"]), r["word"], float(r["score"])) for r in reader]
-        except ValueError as e:
-            raise ValueError(f"mined negatives {path}, line {reader.line_num}: {e}") from None
-    if any(not np.isfinite(r.time_s) or r.time_s < 0 for r in rows):
-        raise ValueError(f"mined negatives {path}: a negative or non-finite time")
-    return rows
-
-
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("config", help="the keyword recipe (e.g. kws_v7) or TOML whose training speech is searched")
     ap.add_argument("--model", default="kws35", help="the keyword graph: shipped name, model folder or .onnx")
@@ -113,7 +67,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def keyword_free_training_speech(task, synthetic: bool = False) -> list[str]:
-    """The recordings a :class:`~edgessm.train.tasks.KwsTask` treats as keyword-free training speech: its
+    """The recordings a :class:`~edgessm.train.kws_task.KwsTask` treats as keyword-free training speech: its
     sentences and its ``_unknown_`` training clips (recorded ones only unless ``synthetic``)."""
     splits, sentences = task.select_clips()
     clips = task.keyword_free_training(sentences, splits["train"])

@@ -120,7 +120,7 @@ def recipe_rirs(cfg) -> list[np.ndarray]:
 def packed_mined(task) -> list[Clip]:
     """The recordings of a keyword recipe's mined negatives (``data.mined_negatives``) as clips to pack whole
     (source ``mined``, no label or text: the recipe uses them only through the pack's ``mined.csv``)."""
-    from .mine import read_mined
+    from .mined import read_mined
     from .tasks import MINED_SOURCE
 
     if not getattr(getattr(task, "data", None), "mined_negatives", ""):
@@ -139,7 +139,7 @@ def write_packed_mined(out, mined_csv: str, clips: list[Clip]) -> None:
     """``out/mined.csv``: the rows of ``mined_csv`` naming the packed recordings (``clips``, in pack order)."""
     from edgessm.data.pack import read_pack
 
-    from .mine import read_mined, write_mined
+    from .mined import read_mined, write_mined
 
     refs = {c.path: ref.path for c, ref in zip(clips, read_pack(out)[-len(clips) :], strict=True)}
     root = Path(out).expanduser().resolve()
