@@ -10,7 +10,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
+MODELS = ("kws35", "kws35-es", "denoise", "asr")
+CARDS = [ROOT / "models" / name / "README.md" for name in MODELS]
+CHANGELOGS = [ROOT / "models" / name / "CHANGELOG.md" for name in MODELS]
 PAGES = [README, *DOCS]
+USER_PAGES = [*PAGES, *CARDS, *CHANGELOGS, ROOT / "models" / "README.md"]  # what users read
 
 FENCE = re.compile(r"^[ \t]*```([\w-]*)\n(.*?)^[ \t]*```", flags=re.S | re.M)  # also inside list items
 LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
@@ -91,7 +95,7 @@ def test_docs_pages_exist_and_are_indexed() -> None:
 
 def test_relative_links_resolve() -> None:
     broken = []
-    for page in PAGES:
+    for page in USER_PAGES:
         for n, line in enumerate(_prose(page.read_text()).splitlines(), 1):
             for target in LINK.findall(line):
                 if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
@@ -141,9 +145,19 @@ def test_documented_verbs_answer_help(verb: str, capsys) -> None:
     assert f"edgessm {verb}" in capsys.readouterr().out
 
 
+def test_model_cards_fit_a_screenful_and_keep_their_history_apart() -> None:
+    """Each shipped model's card says what it does today in at most 250 lines; its release history is in its
+    CHANGELOG, and the release notes as written are in eval/NOTES.md."""
+    for card, changelog in zip(CARDS, CHANGELOGS, strict=True):
+        lines = card.read_text().splitlines()
+        assert len(lines) <= 250, f"{_rel(card)}: {len(lines)} lines (at most 250: history goes to CHANGELOG.md)"
+        assert changelog.is_file() and (card.parent / "eval" / "NOTES.md").is_file(), _rel(card.parent)
+        assert "CHANGELOG.md" in card.read_text(), f"{_rel(card)} links its CHANGELOG"
+
+
 def test_no_development_diary_wording() -> None:
     found = []
-    for page in PAGES:
+    for page in USER_PAGES:
         for n, line in enumerate(page.read_text().splitlines(), 1):
             for pattern in DIARY:
                 if m := re.search(pattern, line, flags=re.I):

@@ -14,7 +14,7 @@ the speech-after gate's span (``edgessm.runtime.kws.AFTER_S``) for a study; the 
 
 Its keyword-free speech is a few minutes of held-out real speakers looped to fill the hours (the tool prints how
 much): a false-accept rate of a few per hour on it is a few distinct moments. Low false-accept operating points
-chosen on it did not hold on the test half (kws35 card, *Fewer false accepts*).
+chosen on it did not hold on the test half (models/kws35/eval/NOTES.md, *Fewer false accepts*).
 
 Words with fewer than 30 real validation clips are filled up with synthetic validation voices (the default
 and Kokoro corpora on the machine), so a model trained on more synthetic speech looks better on them than it
