@@ -99,9 +99,9 @@ def denoise_int8_quality(fp32: Path, int8: Path, clips: int = 24, seed: int = 0)
     the noise recording the denoising recipe holds out of training, at 0, 5 and 10 dB SNR."""
     from edgessm.data.audio import load_audio
     from edgessm.data.corpora import shared_noises, shared_read_speech
+    from edgessm.data.manifest import assign_split
     from edgessm.eval.denoise import graph_system
     from edgessm.eval.metrics import si_sdr
-    from edgessm.data.manifest import assign_split
 
     rng = np.random.default_rng(seed)
     speech = [c for c in shared_read_speech() if assign_split(c) == "validation"][:clips]
