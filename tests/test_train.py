@@ -823,7 +823,7 @@ def test_sigterm_to_the_whole_process_group_checkpoints_and_resumes(sc_folder: P
     cfg.write_text(
         f'task = "kws"\n[model]\nchannels = [4, 8]\nstates = [4, 8]\nkinds = ["full", "pointwise"]\npools = [4, 4]\n'
         f'[data]\nwords = "sc10"\nsources = ["speech_commands:{sc_folder}"]\nclip_samples = 8192\n'
-        f"[train]\nsteps = 100000\nbatch_size = 4\nworkers = 2\ncheckpoint_every = 1000\n"
+        f"[train]\nsteps = 100000\nbatch_size = 4\nworkers = 2\nprocesses = 1\ncheckpoint_every = 1000\n"
     )
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "edgessm", "train", str(cfg), "--out", str(out), "--device", "cpu",
