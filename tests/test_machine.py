@@ -196,6 +196,53 @@ def test_two_processes_from_one_command_train_stop_and_resume_together(sc_folder
     assert (again.state, again.step, again.parts) == ("stopped", st.step + 2, 2)
 
 
+_LATE_SIGNAL = """
+import signal, sys
+from edgessm.train.trainer import Trainer
+agree = Trainer._any
+
+def _any(self, flag):  # process 0 is signalled just after the processes agreed to go on (step 3)
+    out = agree(self, flag)
+    if self.rank == 0 and self.step == 3:
+        self._request_stop(signal.SIGTERM, None)
+    return out
+
+Trainer._any = _any
+from edgessm.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_signal_between_agreement_and_checkpoint_stops_every_process_after_the_same_step(
+    sc_folder: Path, tmp_path: Path
+) -> None:
+    """A signal may land in one process at any line of a step: after the processes agreed to go on, it
+    counts at the next step's agreement, so no process waits at a checkpoint the others never reach."""
+    import os
+    import subprocess
+    import sys
+
+    from edgessm.train.cli import _free_port
+
+    cfg = tiny_kws_toml(tmp_path / "two.toml", sc_folder, steps=100000).read_text()
+    (tmp_path / "two.toml").write_text(cfg.replace("processes = 1", "processes = 2\ncheckpoint_every = 100000"))
+    (tmp_path / "late.py").write_text(_LATE_SIGNAL)
+    argv = ["train", str(tmp_path / "two.toml"), "--out", str(tmp_path / "run"), "--device", "cpu", "--no-progress"]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, str(tmp_path / "late.py"), *argv]
+    pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    procs = [subprocess.Popen(cmd, env={**env, "RANK": str(r)}, **pipe) for r in range(2)]
+    try:
+        said = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert [p.returncode for p in procs] == [0, 0], said
+    assert "stopped at step 4" in said[0]
+    assert RunStatus.load(tmp_path / "run").step == 4
+
+
 def test_a_sitting_ends_on_time_with_the_schedule_unchanged(sc_folder: Path, tmp_path: Path) -> None:
     """train.stop_after_min: a checkpoint and a stop after that many minutes; --resume goes on to the end."""
     from test_train import kws_config

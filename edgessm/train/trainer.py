@@ -306,7 +306,8 @@ class Trainer:
         if self.world > 1:
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.net = nn.parallel.DistributedDataParallel(self.net, device_ids=ids)
-        self._stop = False
+        self._stop = False  # decided once per step, the same in every process
+        self._signalled = False  # a Ctrl-C / SIGTERM arrived (at any moment: read only where the stop is decided)
         self.resume_hint = resume_hint
         self.status = self._start_status(recipe)
 
@@ -513,7 +514,7 @@ class Trainer:
         return metrics
 
     def _request_stop(self, signum, frame) -> None:
-        self._stop = True
+        self._signalled = True
 
     def fit(self, stop_after: int | None = None) -> dict[str, float]:
         """Train until ``train.steps`` (or stop, with a checkpoint, after step ``stop_after``, as an
@@ -582,11 +583,15 @@ class Trainer:
                     t_last, items = time.perf_counter(), 0  # rates count from the first step's end
                     self._first_step(t_batch, logger)
                 if stop_after is not None and self.step >= stop_after:
-                    self._stop = True
-                if stop_at is not None and time.perf_counter() >= stop_at:  # train.stop_after_min: this sitting ends
-                    self._stop = True
-                if self.world > 1 and self.device.type == "cpu":  # a signal reaches the processes at different
-                    self._stop = self._any(self._stop)  # steps: all stop after the same one (free on gloo)
+                    self._stop = True  # at the same step in every process
+                # A signal or the sitting's clock (train.stop_after_min) reach the processes at different moments
+                # (a signal may land between any two lines of this loop): read only here, and agreed, so every
+                # process takes the same branches after the same step.
+                asked = self._signalled or (stop_at is not None and time.perf_counter() >= stop_at)
+                if self.world == 1:
+                    self._stop = self._stop or asked
+                elif self.device.type == "cpu" or self.step % cfg.train.log_every == 0:  # free on gloo; a GPU
+                    self._stop = self._any(self._stop or asked)  # agrees where it syncs anyway (log steps)
                 fitted = clock.fit(self.step)  # every process at the same step: all reach _min together
                 if fitted is not None:
                     fitted = min(cfg.train.steps, self._min(max(self.step + 1, fitted)))
