@@ -48,6 +48,8 @@ SYNTH_COMMANDS = {
                     "--voices 'kokoro:mix-*' --teacher-gate --name kokoro-words",
     "kokoro-kws": f"edgessm synth --engines kokoro --words {','.join(sorted(SC35_WORDS))} --blends 150 "
                   "--keyword-reps 1 --teacher-gate --name kokoro-kws",  # the 54 base voices and 150 blends
+    "kokoro-rare": "edgessm synth --engines kokoro --words bird,dog,house,marvin,sheila,tree,wow,backward,forward,"
+                   "follow,learn,visual --blends 100 --keyword-reps 1 --teacher-gate --name kokoro-rare",
     "kokoro-sentences": "edgessm synth --engines kokoro --kinds sentences --sentences 20 --blends 150 "
                         "--text-sources wordnet,bible,gcide --name kokoro-sentences --time-limit 240",
 }  # fmt: skip

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,22 @@ def load_model_weights(path: str | os.PathLike, device: torch.device | str = "cp
 
         return load_file(str(p), device=str(device))
     return torch.load(p, map_location=device, weights_only=True)["model"]
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Send what C++ code writes to this process's stdout (file descriptor 1) to /dev/null for a while;
+    errors still raise, and stderr is untouched."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _dist_env() -> tuple[int, int, int]:
@@ -228,7 +245,8 @@ class Trainer:
         if self.world > 1 and not dist.is_initialized():
             backend = "nccl" if torch.cuda.is_available() and device != "cpu" else "gloo"
             # generous: the other processes wait at a barrier while rank 0 decodes the corpus once
-            dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
+            with _quiet_stdout():  # gloo prints each rank's connection count to stdout, interleaved
+                dist.init_process_group(backend, timeout=datetime.timedelta(hours=2))
         device = resolve_device(device)
         if device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
