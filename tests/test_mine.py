@@ -104,6 +104,26 @@ def test_mined_csv_round_trips_and_refuses_what_it_did_not_write(tmp_path: Path)
         read_mined(tmp_path / "none.csv")
 
 
+def test_several_mined_lists_join_and_a_moment_found_twice_counts_once(sc_folder: Path, tmp_path: Path) -> None:
+    from edgessm.train.mined import read_mined_lists
+    from edgessm.train.tasks import build_task
+
+    write_mined(tmp_path / "a.csv", [Mined("/x.wav", 1.0, "up", 0.6), Mined("/y.wav", 2.0, "no", 0.5)])
+    write_mined(tmp_path / "b.csv", [Mined("/x.wav", 1.3, "off", 0.4), Mined("/x.wav", 3.0, "on", 0.3)])
+    joined = read_mined_lists([str(tmp_path / "a.csv"), str(tmp_path / "b.csv")])
+    assert [(m.path, m.time_s, m.word) for m in joined] == [("/x.wav", 1.0, "up"), ("/y.wav", 2.0, "no"),
+                                                            ("/x.wav", 3.0, "on")]  # fmt: skip
+    assert read_mined_lists(str(tmp_path / "a.csv")) == read_mined(tmp_path / "a.csv")
+    manifest = _sentences(tmp_path / "sent")
+    write_mined(tmp_path / "c.csv", [Mined(str(tmp_path / "sent" / "s0.wav"), 1.0, "yes", 0.6)])
+    write_mined(tmp_path / "d.csv", [Mined(str(tmp_path / "sent" / "s1.wav"), 1.0, "yes", 0.6)])
+    cfg = _config(sc_folder, manifest, mined_negatives=[str(tmp_path / "c.csv"), str(tmp_path / "d.csv")],
+                  mined_fraction=0.5)  # fmt: skip
+    task = build_task(cfg)
+    task.train_set()
+    assert sorted(m.path for m in task.mined) == [str(tmp_path / "sent" / "s0.wav"), str(tmp_path / "sent" / "s1.wav")]
+
+
 def test_a_mined_negative_is_the_recording_up_to_the_detection_with_no_keyword_at_any_frame(
     sc_folder: Path, tmp_path: Path
 ) -> None:

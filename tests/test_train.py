@@ -454,6 +454,71 @@ def test_source_weights_set_each_sources_share_of_the_draws(tmp_path: Path, monk
         source_draw_weights(["a"], {"a": 0})
 
 
+def test_length_buckets_give_each_batch_one_shape_and_keep_every_utterances_share(tmp_path: Path, monkeypatch) -> None:
+    """``[data] length_buckets``: the trainer's grouped sampler gives every item of a step the step's draw, so
+    a batch is all sentences of one length bucket, all single words, or sequences of one word count; each
+    utterance's share of the draws stays that of its source weight; a batch pads far less."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    import numpy as np
+
+    from edgessm.data.audio import write_audio
+    from edgessm.data.manifest import Clip, write_manifest
+    from edgessm.train.sampler import StepSampler
+    from edgessm.train.tasks import build_task
+
+    clips = []
+    for i in range(8):  # sentences of 1..8 s, the odd ones from a source weighing 3
+        x = 0.1 * np.ones(16000 * (i + 1), np.float32)
+        write_audio(tmp_path / f"s{i}.wav", x, 16000)
+        clips.append(Clip(str(tmp_path / f"s{i}.wav"), speaker=f"s{i}", text=f"say {'abcdefgh'[i]}",
+                          split="train", source="heavy" if i % 2 else "light"))  # fmt: skip
+    for i, w in enumerate(["go", "up"]):
+        write_audio(tmp_path / f"w{i}.wav", 0.1 * np.ones(8000, np.float32), 16000)
+        clips.append(Clip(str(tmp_path / f"w{i}.wav"), speaker=f"w{i}", text=w, split="train", source="light"))
+    clips.append(Clip(str(tmp_path / "w0.wav"), speaker="v", text="go", split="validation", source="light"))
+    write_manifest(tmp_path / "m.csv", clips)
+
+    def task_with(buckets):
+        cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                     "pools": [320]},
+                                     "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "max_samples": 160000,
+                                              "sentence_weight": 0.6, "word_weight": 0.2, "sequence_weight": 0.2,
+                                              "source_weights": {"heavy": 3, "light": 1}, "length_buckets": buckets,
+                                              "val_items": 1}})  # fmt: skip
+        return build_task(cfg)
+
+    bucketed, plain = task_with(4), task_with(0)
+    data = bucketed.train_set()
+    assert data.grouped and not plain.train_set().grouped
+    p, runs = bucketed._buckets["train"]
+    assert len(runs) == 4 and np.isclose(p.sum(), 1.0)
+    sampler = StepSampler(len(data), 4, 300, seed=3, grouped=True)
+    assert len({b[2] for b in sampler.global_batch(7)}) == 1  # one step seed per global batch
+    assert [b[:2] for b in sampler.global_batch(7)] == StepSampler(len(data), 4, 300, seed=3).global_batch(7)
+    texts, padded, speech = [], 0, 0
+    for batch in sampler:
+        items = [data[key] for key in batch]
+        kinds = {"word" if " " not in t else "sentence" if t.startswith("say") else "sequence"
+                 for t in (it["text"] for it in items)}  # fmt: skip
+        assert len(kinds) == 1, [it["text"] for it in items]
+        if kinds == {"sequence"}:
+            assert len({len(it["text"].split()) for it in items}) == 1
+        if kinds == {"sentence"}:
+            buckets = {next(k for k, r in enumerate(runs) if "abcdefgh".index(it["text"][-1]) in
+                            [bucketed.pool["train"]["sentence"][j] for j in r]) for it in items}  # fmt: skip
+            assert len(buckets) == 1
+            texts += [it["text"] for it in items]
+        lengths = [len(it["audio"]) for it in items]
+        padded, speech = padded + max(lengths) * len(lengths), speech + sum(lengths)
+    share = np.array([texts.count(f"say {c}") for c in "abcdefgh"]) / len(texts)
+    assert np.allclose(share, [1 / 16, 3 / 16] * 4, atol=0.05)  # the source weights, bucketed or not
+    loose = [plain.train_set()[key] for batch in StepSampler(len(data), 4, 300, seed=3) for key in batch]
+    loose_padded = sum(max(len(it["audio"]) for it in loose[i : i + 4]) * 4 for i in range(0, len(loose), 4))
+    assert padded / speech < 1.25 < loose_padded / sum(len(it["audio"]) for it in loose)
+    with pytest.raises(ValueError, match="length_buckets"):
+        task_with(-1).train_set()
+
+
 def test_teacher_confidence_weighs_each_utterance_in_the_ctc_loss(tmp_path: Path, monkeypatch) -> None:
     """``[data] confidence_weighting = p``: an utterance with the teacher's confidence c weighs (c / mean c)^p
     in the CTC loss (a joined sequence the mean of its parts), one with a human transcript 1; the loss is the

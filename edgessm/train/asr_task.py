@@ -77,6 +77,11 @@ class AsrData:
     # shared:sentences_pseudolabeled@LABELS, or manifest:LABELS) weighs (c / mean c)^p in the CTC loss,
     # p = this value; human transcripts weigh 1. 0: off (every utterance weighs 1).
     confidence_weighting: float = 0.0
+    # Batches of one shape (> 0): all examples of a step are of one kind, its sentences from one of this
+    # many length buckets (equal shares of the draw weight) and its joined sequences of one word count, so a
+    # padded batch is mostly speech. Over a run every utterance is drawn as often as without it (a bucket is
+    # drawn by its weight, an utterance in it by its own). 0: every example drawn on its own.
+    length_buckets: int = 0
 
 
 def source_draw_weights(sources: list[str], weights: dict[str, float]) -> np.ndarray:
@@ -186,6 +191,7 @@ class CtcTask(Task):
             }
             for split, kinds in self.pool.items()
         }
+        self._buckets = {split: self._length_buckets(kinds["sentence"]) for split, kinds in self.pool.items()}
         self.clip_weight = self._confidence_weights() if self.data.confidence_weighting else None
         self.noises = AudioStore(noise_paths(list(self.data.noise)), cache="auto") if self.data.noise else None
         # speed perturbation changes an example's length and timing, which the transcript survives but the
@@ -207,6 +213,29 @@ class CtcTask(Task):
             if self.teacher.dim != TEACHER_DIM:
                 raise ValueError(f"the teacher's frames have {self.teacher.dim} dimensions, expected {TEACHER_DIM}")
         self._prepared = True
+
+    def _length_buckets(self, sentences: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """``(bucket draw probabilities, positions in the sentence pool per bucket)``: the pool sorted by length
+        and cut into ``length_buckets`` runs of about equal draw weight (none when 0 or no sentences)."""
+        n = self.data.length_buckets
+        if n < 0:
+            raise ValueError(f"[data] length_buckets must be >= 0 (0: off), got {n}")
+        if not n or not sentences:
+            return np.ones(0), []
+        w = source_draw_weights([self.clips[i].source for i in sentences], self.data.source_weights)
+        order = np.argsort([self.store.length(i) for i in sentences], kind="stable")
+        edges = np.searchsorted(np.cumsum(w[order]) / w.sum(), np.arange(1, n) / n, side="right")
+        runs = [r for r in np.split(order, edges) if len(r)]
+        p = np.array([w[r].sum() for r in runs])
+        return p / p.sum(), runs
+
+    def _shape(self, split: str, group: np.random.Generator) -> tuple[str, int | None, int | None]:
+        """One batch's shape, drawn from its step's generator: ``(kind, sentence bucket, sequence words)``."""
+        kind = self.KINDS[int(group.choice(3, p=self.weights))]
+        p, runs = self._buckets[split]
+        bucket = int(group.choice(len(runs), p=p)) if kind == "sentence" and runs else None
+        words = int(group.integers(2, max(2, self.data.max_sequence) + 1)) if kind == "sequence" else None
+        return kind, bucket, words
 
     def _confidence_weights(self) -> np.ndarray:
         """``(len(self.clips),)`` CTC loss weight per utterance (``[data] confidence_weighting``): ``(c / mean
@@ -231,8 +260,10 @@ class CtcTask(Task):
         w[has] = (np.maximum(c[has], 1e-3) / c[has].mean()) ** p
         return w
 
-    def _compose(self, split: str, kind: str, rng: np.random.Generator) -> tuple[np.ndarray, str, list[Placement]]:
-        """One utterance of ``kind`` from ``split``: ``(audio, transcript, where its stored utterances sit)``."""
+    def _compose(self, split: str, kind: str, rng: np.random.Generator, bucket: int | None = None,
+                 words: int | None = None) -> tuple[np.ndarray, str, list[Placement]]:  # fmt: skip
+        """One utterance of ``kind`` from ``split``: ``(audio, transcript, where its stored utterances sit)``;
+        a sentence from length bucket ``bucket`` and a sequence of ``words`` words where given."""
         pool = self.pool[split]
         if kind == "sentence" and not pool["sentence"]:
             kind = "word"
@@ -243,11 +274,19 @@ class CtcTask(Task):
         def draw(k: str) -> int:
             return pool[k][min(int(np.searchsorted(cdf[k], rng.random() * cdf[k][-1], side="right")), len(pool[k]) - 1)]
 
+        if kind == "sentence" and bucket is not None:
+            run = self._buckets[split][1][bucket]  # positions in the pool; drawn by their own weights
+            c = cdf["sentence"]
+            w = c[run] - np.where(run > 0, c[np.maximum(run - 1, 0)], 0.0)
+            i = pool["sentence"][int(run[min(int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right")),
+                                             len(run) - 1)])]  # fmt: skip
+            x = self.store[i]
+            return x, self.clips[i].text, [Placement(i, 0, 0, len(x))]
         if kind != "sequence":
             i = draw(kind)
             x = self.store[i]
             return x, self.clips[i].text, [Placement(i, 0, 0, len(x))]
-        n = int(rng.integers(2, max(2, self.data.max_sequence) + 1))
+        n = words if words is not None else int(rng.integers(2, max(2, self.data.max_sequence) + 1))
         parts: list[np.ndarray] = []
         words: list[str] = []
         placed: list[Placement] = []
@@ -281,11 +320,18 @@ class CtcTask(Task):
                 items.append((kind, self._warm(x), text))
         return items
 
-    def _example(self, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
+    def _example(self, index: int, rng: np.random.Generator | None,
+                 group: np.random.Generator | None = None) -> dict[str, Any]:  # fmt: skip
+        """One training example; ``group``: its step's generator, from which the batch's shape is drawn
+        (``length_buckets``; the trainer's grouped sampler passes it)."""
         if rng is None:  # no seed: a deterministic draw (tests, inspection)
             rng = np.random.default_rng(index)
-        kind = self.KINDS[int(rng.choice(3, p=self.weights))]
-        x, text, placed = self._compose("train", kind, rng)
+        if group is not None and self.data.length_buckets:
+            kind, bucket, words = self._shape("train", group)
+            x, text, placed = self._compose("train", kind, rng, bucket, words)
+        else:
+            kind = self.KINDS[int(rng.choice(3, p=self.weights))]
+            x, text, placed = self._compose("train", kind, rng)
         if self.speed_prob and rng.random() < self.speed_prob:  # no draw when off: old recipes keep their audio
             from edgessm.data.augment import random_played_faster
 
@@ -326,7 +372,7 @@ class CtcTask(Task):
     def train_set(self):
         self._prepare()
         n = sum(len(v) for v in self.pool["train"].values())
-        return _Items(n, self._example)
+        return _Items(n, self._example, grouped=self.data.length_buckets > 0)
 
     def has_validation(self) -> bool:
         self._prepare()

@@ -22,7 +22,7 @@ from edgessm.eval.backgrounds import keyword_free, sounds_like_keywords, stream_
 
 from .config import TrainConfig
 from .device_mix import DeviceMixer, mix_fields
-from .mined import read_mined
+from .mined import read_mined_lists
 from .sampler import item_rng
 from .task import (
     MINED_SOURCE,
@@ -93,7 +93,8 @@ class KwsData:
     # detection (silence before its start), "no keyword" at every frame; the clip part augmented as a
     # sentence negative is. Random crops (``sentence_negatives``) rarely hold the keyword-like moments of
     # running speech where a live listener false-accepts.
-    mined_negatives: str = ""
+    # (A list of CSVs joins them: the same moment found by two models counts once.)
+    mined_negatives: str | tuple[str, ...] = ""
     mined_fraction: float = 0.0
 
 
@@ -218,7 +219,7 @@ class KwsTask(Task):
             return
         if UNKNOWN not in self.labels:
             raise ValueError("mined negatives are _unknown_ examples; this recipe has no _unknown_ class")
-        self.mined = read_mined(self.data.mined_negatives)
+        self.mined = read_mined_lists(self.data.mined_negatives)
         if not self.mined:
             raise ValueError(f"{self.data.mined_negatives}: no mined negatives (the model fired nowhere)")
         # only the recipe's own keyword-free training speech: never a validation or test speaker (in a data

@@ -1,6 +1,6 @@
 """Mined hard negatives as data: where a keyword graph fired in keyword-free speech, one CSV row per detection
 (``path,time_s,word,score``). ``edgessm mine`` (:mod:`.mine`) writes them; a keyword recipe's ``[data]
-mined_negatives`` (:mod:`.kws_task`) and ``edgessm pack`` read them."""
+mined_negatives`` (:mod:`.kws_task`; one CSV or several, e.g. of two models) and ``edgessm pack`` read them."""
 
 from __future__ import annotations
 
@@ -54,3 +54,16 @@ def read_mined(path: str | Path) -> list[Mined]:
     if any(not np.isfinite(r.time_s) or r.time_s < 0 for r in rows):
         raise ValueError(f"mined negatives {path}: a negative or non-finite time")
     return rows
+
+
+def read_mined_lists(paths: str | Sequence[str], apart_s: float = 0.5) -> list[Mined]:
+    """The detections of one CSV or of several (e.g. two models mined on the same speech), in order, without a
+    later list's detection within ``apart_s`` seconds of a kept one in the same recording (the same moment)."""
+    kept: list[Mined] = []
+    at: dict[str, list[float]] = {}
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        new = [m for m in read_mined(path) if all(abs(m.time_s - t) >= apart_s for t in at.get(m.path, ()))]
+        for m in new:
+            at.setdefault(m.path, []).append(m.time_s)
+        kept += new
+    return kept

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -120,14 +120,14 @@ def recipe_rirs(cfg) -> list[np.ndarray]:
 def packed_mined(task) -> list[Clip]:
     """The recordings of a keyword recipe's mined negatives (``data.mined_negatives``) as clips to pack whole
     (source ``mined``, no label or text: the recipe uses them only through the pack's ``mined.csv``)."""
-    from .mined import read_mined
+    from .mined import read_mined_lists
     from .tasks import MINED_SOURCE
 
     if not getattr(getattr(task, "data", None), "mined_negatives", ""):
         return []
     splits, sentences = task.select_clips()
     known = {c.path: c for c in task.keyword_free_training(sentences, splits["train"])}
-    paths = sorted({m.path for m in read_mined(task.data.mined_negatives)})
+    paths = sorted({m.path for m in read_mined_lists(task.data.mined_negatives)})
     strange = [p for p in paths if p not in known]
     if strange:
         raise ValueError(f"{task.data.mined_negatives}: {len(strange)} recordings are not keyword-free training "
@@ -135,15 +135,16 @@ def packed_mined(task) -> list[Clip]:
     return [Clip(p, speaker=known[p].speaker, split="train", source=MINED_SOURCE) for p in paths]
 
 
-def write_packed_mined(out, mined_csv: str, clips: list[Clip]) -> None:
-    """``out/mined.csv``: the rows of ``mined_csv`` naming the packed recordings (``clips``, in pack order)."""
+def write_packed_mined(out, mined_csv: str | Sequence[str], clips: list[Clip]) -> None:
+    """``out/mined.csv``: the rows of ``mined_csv`` (one CSV or several) naming the packed recordings (``clips``,
+    in pack order)."""
     from edgessm.data.pack import read_pack
 
-    from .mined import read_mined, write_mined
+    from .mined import read_mined_lists, write_mined
 
     refs = {c.path: ref.path for c, ref in zip(clips, read_pack(out)[-len(clips) :], strict=True)}
     root = Path(out).expanduser().resolve()
-    rows = [replace(m, path=str(Path(refs[m.path]).relative_to(root))) for m in read_mined(mined_csv)]
+    rows = [replace(m, path=str(Path(refs[m.path]).relative_to(root))) for m in read_mined_lists(mined_csv)]
     write_mined(root / "mined.csv", rows)
 
 

@@ -40,7 +40,7 @@ from edgessm.nets import build_network
 
 from .config import TrainConfig
 from .device_mix import DeviceMixer
-from .sampler import item_rng
+from .sampler import group_rng, item_rng
 
 _SHARED = {
     "sc_train": corpora.shared_sc_train,
@@ -196,17 +196,24 @@ class Task:
 
 
 class _Items(torch.utils.data.Dataset):
-    """A dataset whose items are made by ``make(index, rng)``; indexed by ``(index, seed)`` pairs."""
+    """A dataset whose items are made by ``make(index, rng)``; indexed by ``(index, seed)`` pairs.
 
-    def __init__(self, n: int, make) -> None:
-        self.n, self.make = n, make
+    ``grouped``: ``make(index, rng, group)`` also takes the generator of the item's step, shared by every item
+    of a global batch (the trainer's sampler then yields ``(index, seed, step seed)``; a plain index or pair
+    passes ``group=None``)."""
+
+    def __init__(self, n: int, make, grouped: bool = False) -> None:
+        self.n, self.make, self.grouped = n, make, grouped
 
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, key: tuple[int, int] | int) -> dict[str, Any]:
-        index, seed = key if isinstance(key, tuple) else (key, None)
-        return self.make(index, None if seed is None else item_rng(seed))
+    def __getitem__(self, key: tuple[int, ...] | int) -> dict[str, Any]:
+        index, seed, group = (*key, None)[:3] if isinstance(key, tuple) else (key, None, None)
+        rng = None if seed is None else item_rng(seed)
+        if not self.grouped:
+            return self.make(index, rng)
+        return self.make(index, rng, None if group is None else group_rng(group))
 
 
 def ramp(progress: float | Tensor) -> float | Tensor:

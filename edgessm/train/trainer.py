@@ -553,7 +553,8 @@ class Trainer:
         if self.rank == 0:
             self._barrier()
         sampler = StepSampler(len(train_set), cfg.train.batch_size, cfg.train.steps, cfg.train.seed,
-                              start_step=self.step // echo, rank=self.rank, world=self.world)  # fmt: skip
+                              start_step=self.step // echo, rank=self.rank, world=self.world,
+                              grouped=getattr(train_set, "grouped", False))  # fmt: skip
         logger = _Logger(self.out, enabled=self.rank == 0, resume_step=self.step)
         old = {s: signal.signal(s, self._request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = None
