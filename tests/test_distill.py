@@ -72,6 +72,38 @@ def test_frames_are_computed_once_and_cached_by_utterances_and_teacher(tmp_path)
     assert not list(tmp_path.glob("*.partial"))
 
 
+def test_a_larger_set_copies_the_frames_a_cached_set_holds_and_runs_the_teacher_on_the_rest(tmp_path) -> None:
+    """A corpus added to a recipe: only the new utterances meet the teacher; the copied frames are the cached
+    ones, and the standardisation is over the whole new set. A cache written before the listing gets one."""
+    first = _features(tmp_path, lengths=(16000, 8000, 4800), indices=(0, 2))
+    assert json.loads((first.folder / "utterances.json").read_text()) == [["clip0.wav", 16000, 0, 50],
+                                                                          ["clip2.wav", 4800, 50, 15]]  # fmt: skip
+    seen = []
+
+    def counting(clips):
+        seen.extend(len(x) for x in clips)
+        return _encode(clips)
+
+    # the same clips at other store positions, plus one new clip
+    store = _Store([8000, 4800, 16000, 12000])
+    paths = ["clip1.wav", "clip2.wav", "clip0.wav", "clip3.wav"]
+    bigger = TeacherFeatures.for_store(store, [1, 2, 3], paths, encode=counting, teacher_id="fake",
+                                       cache_dir=tmp_path, progress=False)  # fmt: skip
+    assert seen == [12000] and bigger.folder != first.folder
+    np.testing.assert_allclose(_raw(bigger, 2), _raw(first, 0), atol=0.02)
+    np.testing.assert_allclose(_raw(bigger, 1), _raw(first, 2), atol=0.02)
+    np.testing.assert_allclose(np.concatenate([bigger.get(i) for i in (1, 2, 3)]).mean(0), 0, atol=1e-3)
+    # another teacher never reuses these frames
+    seen.clear()
+    TeacherFeatures.for_store(store, [1, 2], paths, encode=counting, teacher_id="other", cache_dir=tmp_path,
+                              progress=False)  # fmt: skip
+    assert sorted(seen) == [4800, 16000]
+    # a cache without the listing (written by an earlier version) gets it when it is next used
+    (first.folder / "utterances.json").unlink()
+    _features(tmp_path, lengths=(16000, 8000, 4800), indices=(0, 2))
+    assert json.loads((first.folder / "utterances.json").read_text())[1] == ["clip2.wav", 4800, 50, 15]
+
+
 def test_a_teacher_with_the_wrong_frame_count_is_refused(tmp_path) -> None:
     def short(clips):
         return [f[:-1] for f in _encode(clips)]

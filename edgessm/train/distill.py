@@ -15,7 +15,9 @@ utterance, so frame ``f`` predicts the teacher's frame ``d`` frames back. Target
 utterance while the student hears it with noise and reverberation (so the head also learns to denoise).
 
 The teacher's frames of every training utterance are computed once (16 h of audio in ~6 min on two cores,
-batched) and kept on disk under ``cache_dir()/teacher``, keyed by the utterances and the teacher.
+batched) and kept on disk under ``cache_dir()/teacher``, keyed by the utterances and the teacher. A recipe
+whose utterances differ from a cached set's (a corpus added) copies the frames that set already holds and
+runs the teacher on the new utterances only.
 """
 
 from __future__ import annotations
@@ -74,7 +76,8 @@ class TeacherFeatures:
     """The teacher's encoder frames for utterances of an audio store, memory-mapped from ``folder``.
 
     Files: ``frames.npy`` ``(total, D)`` float16, ``index.npy`` ``(n_store, 2)`` int64 (first frame, frame
-    count; count 0 = not computed), ``stats.npz`` (per-dimension ``mean`` and ``std``), ``info.json``.
+    count; count 0 = not computed), ``stats.npz`` (per-dimension ``mean`` and ``std``), ``info.json``,
+    ``utterances.json`` (``[path, samples, first frame, frame count]`` per utterance: what a later set reuses).
     """
 
     def __init__(self, folder: str | os.PathLike) -> None:
@@ -115,7 +118,12 @@ class TeacherFeatures:
         key = cls.key([paths[i] for i in indices], lengths, teacher_id)
         folder = Path(cache_dir or default_cache_dir()) / key
         if not (folder / "info.json").is_file():
-            compute_features(store, indices, len(paths), encode, teacher_id, folder, batch=batch, progress=progress)
+            reuse = cached_utterances(folder.parent, teacher_id)
+            compute_features(store, indices, len(paths), encode, teacher_id, folder, batch=batch, progress=progress,
+                             paths=paths, reuse=reuse)  # fmt: skip
+        elif not (folder / UTTERANCES).is_file():  # written before the listing: list it for later sets
+            index = np.load(folder / "index.npy")
+            _write_listing(folder, [(paths[i], store.length(i), *map(int, index[i])) for i in indices])
         return cls(folder)
 
 
@@ -166,10 +174,40 @@ def teacher_frames(teacher, clips: Sequence[np.ndarray]) -> list[np.ndarray]:
     return result
 
 
+UTTERANCES = "utterances.json"
+
+
+def _write_listing(folder: Path, rows: Sequence[tuple[str, int, int, int]]) -> None:
+    """``folder/utterances.json``: ``[path, samples, first frame, frame count]`` per cached utterance."""
+    from edgessm.atomic import write_text
+
+    write_text(folder / UTTERANCES, json.dumps([list(r) for r in rows]) + "\n")
+
+
+def cached_utterances(root: Path, teacher_id: str) -> dict[tuple[str, int], tuple[Path, int, int]]:
+    """Every utterance whose frames a finished cache under ``root`` holds for this teacher and :data:`VERSION`:
+    ``(path, samples) -> (folder, first frame, frame count)``."""
+    found: dict[tuple[str, int], tuple[Path, int, int]] = {}
+    for listing in sorted(Path(root).glob(f"*/{UTTERANCES}")) if Path(root).is_dir() else []:
+        folder = listing.parent
+        try:
+            info = json.loads((folder / "info.json").read_text())
+            rows = json.loads(listing.read_text())
+        except (OSError, ValueError):
+            continue  # unfinished or damaged: computed again
+        if info.get("version") != VERSION or info.get("teacher") != teacher_id:
+            continue
+        for path, samples, start, count in rows:
+            found.setdefault((str(path), int(samples)), (folder, int(start), int(count)))
+    return found
+
+
 def compute_features(store, indices: Sequence[int], n_store: int, encode: Encoder, teacher_id: str, folder: Path,
-                     batch: int = 16, progress: bool = True) -> None:  # fmt: skip
+                     batch: int = 16, progress: bool = True, paths: Sequence[str] | None = None,
+                     reuse: dict[tuple[str, int], tuple[Path, int, int]] | None = None) -> None:  # fmt: skip
     """Write :class:`TeacherFeatures` files for ``store[i]``, ``i`` in ``indices``, to ``folder`` (atomically:
-    a half-written cache is never read)."""
+    a half-written cache is never read). ``paths[i]`` names utterance ``i`` in the listing; ``reuse``
+    (:func:`cached_utterances`): frames already computed, copied instead of running the teacher again."""
     from tqdm import tqdm
 
     counts = {i: frame_count(store.length(i)) for i in indices}
@@ -182,28 +220,46 @@ def compute_features(store, indices: Sequence[int], n_store: int, encode: Encode
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     frames = None
-    order = sorted(indices, key=store.length)  # similar lengths per batch: little padding
-    total = sum(store.length(i) for i in indices) / 16000 / 3600
+    names = None if paths is None else [str(p) for p in paths]
+    old = {}  # utterance -> (cache folder, first frame, frame count) of frames computed before
+    if names is not None and reuse:
+        hits = {i: reuse.get((names[i], store.length(i))) for i in indices}
+        old = {i: hit for i, hit in hits.items() if hit is not None and hit[2] == counts[i]}
+    order = sorted((i for i in indices if i not in old), key=store.length)  # similar lengths per batch: little padding
+    hours = sum(store.length(i) for i in indices) / 16000 / 3600
+    total = sum(store.length(i) for i in order) / 16000 / 3600
     shown = progress and sys.stderr.isatty()  # as AudioStore: no bars in a log file
-    bar = tqdm(total=len(order), desc=f"teacher frames ({total:.1f} h)", unit="utt", disable=not shown)
+    copied = f", {len(old)} utterances copied from earlier sets" if old else ""
+    bar = tqdm(total=len(order), desc=f"teacher frames ({total:.1f} h{copied})", unit="utt", disable=not shown)
     s1 = s2 = np.zeros(0)
     n_stat = 0
+    sources: dict[Path, np.ndarray] = {}
+
+    def put(i: int, f: np.ndarray) -> None:
+        nonlocal frames, s1, s2, n_stat
+        if frames is None:
+            dim = f.shape[1]
+            frames = np.lib.format.open_memmap(tmp / "frames.npy", "w+", np.float16, (start, dim))
+            s1, s2 = np.zeros(dim), np.zeros(dim)
+        frames[index[i, 0] : index[i, 0] + counts[i]] = f.astype(np.float16)
+        s1 += f.sum(0, dtype=np.float64)
+        s2 += (f.astype(np.float64) ** 2).sum(0)
+        n_stat += len(f)
+
+    for i, (src, first, count) in sorted(old.items()):
+        if src not in sources:
+            sources[src] = np.load(src / "frames.npy", mmap_mode="r")
+        put(i, np.asarray(sources[src][first : first + count], np.float32))
     for b in range(0, len(order), batch):
         chunk = order[b : b + batch]
         outs = encode([store[i] for i in chunk])
         if any(len(f) != counts[i] for i, f in zip(chunk, outs, strict=True)):
             raise ValueError("the teacher returned a frame count other than frame_count(samples)")
-        if frames is None:
-            dim = outs[0].shape[1]
-            frames = np.lib.format.open_memmap(tmp / "frames.npy", "w+", np.float16, (start, dim))
-            s1, s2 = np.zeros(dim), np.zeros(dim)
         for i, f in zip(chunk, outs, strict=True):
-            frames[index[i, 0] : index[i, 0] + counts[i]] = f.astype(np.float16)
-            s1 += f.sum(0, dtype=np.float64)
-            s2 += (f.astype(np.float64) ** 2).sum(0)
-            n_stat += len(f)
+            put(i, f)
         bar.update(len(chunk))
     bar.close()
+    sources.clear()
     if frames is None:
         raise ValueError("no utterances to compute teacher frames for")
     frames.flush()
@@ -213,8 +269,10 @@ def compute_features(store, indices: Sequence[int], n_store: int, encode: Encode
     np.save(tmp / "index.npy", index)
     np.savez(tmp / "stats.npz", mean=mean.astype(np.float32), std=std.astype(np.float32))
     info = {"version": VERSION, "teacher": teacher_id, "utterances": len(indices), "frames": start,
-            "hours": round(total, 3)}  # fmt: skip
+            "hours": round(hours, 3)}  # fmt: skip
     (tmp / "info.json").write_text(json.dumps(info, indent=1) + "\n")
+    if names is not None:
+        _write_listing(tmp, [(names[i], store.length(i), *map(int, index[i])) for i in indices])
     shutil.rmtree(folder, ignore_errors=True)
     tmp.rename(folder)
 
