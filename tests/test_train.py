@@ -415,6 +415,12 @@ def test_ctc_examples_mix_sentences_words_and_joined_word_sequences(tmp_path: Pa
     assert task.describe()["labels"][:3] == ["<blank>", " ", "'"]
 
 
+def _tiny_asr(manifest: Path, **data) -> TrainConfig:
+    """A one-block recognizer recipe on the utterances of ``manifest`` with ``data`` settings."""
+    return TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
+                                  "pools": [320]}, "data": {"sources": [f"manifest:{manifest}"], **data}})  # fmt: skip
+
+
 def test_source_weights_set_each_sources_share_of_the_draws(tmp_path: Path, monkeypatch) -> None:
     """A 2-clip real source weighted 3 : 1 against a 6-clip synthetic one gets 3/4 of the words drawn."""
     monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
@@ -433,12 +439,8 @@ def test_source_weights_set_each_sources_share_of_the_draws(tmp_path: Path, monk
     write_manifest(tmp_path / "m.csv", clips)
 
     def task_with(weights):
-        cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
-                                     "pools": [320]},
-                                     "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "sentence_weight": 0,
-                                              "word_weight": 1, "sequence_weight": 0,
-                                              "source_weights": weights}})  # fmt: skip
-        return build_task(cfg)
+        return build_task(_tiny_asr(tmp_path / "m.csv", sentence_weight=0, word_weight=1, sequence_weight=0,
+                                    source_weights=weights))  # fmt: skip
 
     weighted, plain = task_with({"real": 3, "synth:*": 1}).train_set(), task_with({}).train_set()
     items = [weighted[(i, i)]["text"] for i in range(800)]
@@ -479,13 +481,9 @@ def test_length_buckets_give_each_batch_one_shape_and_keep_every_utterances_shar
     write_manifest(tmp_path / "m.csv", clips)
 
     def task_with(buckets):
-        cfg = TrainConfig.from_dict({"task": "asr", "model": {"channels": [4], "states": [4], "kinds": ["full"],
-                                     "pools": [320]},
-                                     "data": {"sources": [f"manifest:{tmp_path / 'm.csv'}"], "max_samples": 160000,
-                                              "sentence_weight": 0.6, "word_weight": 0.2, "sequence_weight": 0.2,
-                                              "source_weights": {"heavy": 3, "light": 1}, "length_buckets": buckets,
-                                              "val_items": 1}})  # fmt: skip
-        return build_task(cfg)
+        return build_task(_tiny_asr(tmp_path / "m.csv", max_samples=160000, sentence_weight=0.6, word_weight=0.2,
+                                    sequence_weight=0.2, source_weights={"heavy": 3, "light": 1},
+                                    length_buckets=buckets, val_items=1))  # fmt: skip
 
     bucketed, plain = task_with(4), task_with(0)
     data = bucketed.train_set()
