@@ -488,7 +488,7 @@ def test_length_buckets_give_each_batch_one_shape_and_keep_every_utterances_shar
     bucketed, plain = task_with(4), task_with(0)
     data = bucketed.train_set()
     assert data.grouped and not plain.train_set().grouped
-    p, runs = bucketed._buckets["train"]
+    p, runs, _ = bucketed._buckets["train"]
     assert len(runs) == 4 and np.isclose(p.sum(), 1.0)
     sampler = StepSampler(len(data), 4, 300, seed=3, grouped=True)
     assert len({b[2] for b in sampler.global_batch(7)}) == 1  # one step seed per global batch

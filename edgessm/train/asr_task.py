@@ -111,6 +111,11 @@ def source_draw_weights(sources: list[str], weights: dict[str, float]) -> np.nda
     return p / p.sum()
 
 
+def _pick(cdf: np.ndarray, rng: np.random.Generator) -> int:
+    """A position drawn by the weights whose running sum is ``cdf``."""
+    return min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(cdf) - 1)
+
+
 class CtcTask(Task):
     """Character CTC on sentences, single words and joined word sequences (padded batches)."""
 
@@ -214,25 +219,26 @@ class CtcTask(Task):
                 raise ValueError(f"the teacher's frames have {self.teacher.dim} dimensions, expected {TEACHER_DIM}")
         self._prepared = True
 
-    def _length_buckets(self, sentences: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """``(bucket draw probabilities, positions in the sentence pool per bucket)``: the pool sorted by length
-        and cut into ``length_buckets`` runs of about equal draw weight (none when 0 or no sentences)."""
+    def _length_buckets(self, sentences: list[int]) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        """``(bucket draw probabilities, positions in the sentence pool per bucket, their cumulative weights)``:
+        the pool sorted by length and cut into ``length_buckets`` runs of about equal draw weight (none when 0
+        or no sentences)."""
         n = self.data.length_buckets
         if n < 0:
             raise ValueError(f"[data] length_buckets must be >= 0 (0: off), got {n}")
         if not n or not sentences:
-            return np.ones(0), []
+            return np.ones(0), [], []
         w = source_draw_weights([self.clips[i].source for i in sentences], self.data.source_weights)
         order = np.argsort([self.store.length(i) for i in sentences], kind="stable")
         edges = np.searchsorted(np.cumsum(w[order]) / w.sum(), np.arange(1, n) / n, side="right")
         runs = [r for r in np.split(order, edges) if len(r)]
         p = np.array([w[r].sum() for r in runs])
-        return p / p.sum(), runs
+        return p / p.sum(), runs, [np.cumsum(w[r]) for r in runs]
 
     def _shape(self, split: str, group: np.random.Generator) -> tuple[str, int | None, int | None]:
         """One batch's shape, drawn from its step's generator: ``(kind, sentence bucket, sequence words)``."""
         kind = self.KINDS[int(group.choice(3, p=self.weights))]
-        p, runs = self._buckets[split]
+        p, runs, _ = self._buckets[split]
         bucket = int(group.choice(len(runs), p=p)) if kind == "sentence" and runs else None
         words = int(group.integers(2, max(2, self.data.max_sequence) + 1)) if kind == "sequence" else None
         return kind, bucket, words
@@ -272,18 +278,14 @@ class CtcTask(Task):
         cdf = self._cdf[split]
 
         def draw(k: str) -> int:
-            return pool[k][min(int(np.searchsorted(cdf[k], rng.random() * cdf[k][-1], side="right")), len(pool[k]) - 1)]
+            return pool[k][_pick(cdf[k], rng)]
 
-        if kind == "sentence" and bucket is not None:
-            run = self._buckets[split][1][bucket]  # positions in the pool; drawn by their own weights
-            c = cdf["sentence"]
-            w = c[run] - np.where(run > 0, c[np.maximum(run - 1, 0)], 0.0)
-            i = pool["sentence"][int(run[min(int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right")),
-                                             len(run) - 1)])]  # fmt: skip
-            x = self.store[i]
-            return x, self.clips[i].text, [Placement(i, 0, 0, len(x))]
         if kind != "sequence":
-            i = draw(kind)
+            if kind == "sentence" and bucket is not None:  # positions in the pool, each by its own weight
+                run, run_cdf = self._buckets[split][1][bucket], self._buckets[split][2][bucket]
+                i = pool["sentence"][int(run[_pick(run_cdf, rng)])]
+            else:
+                i = draw(kind)
             x = self.store[i]
             return x, self.clips[i].text, [Placement(i, 0, 0, len(x))]
         n = words if words is not None else int(rng.integers(2, max(2, self.data.max_sequence) + 1))
