@@ -109,7 +109,7 @@ def test_graph_decision_reads_the_shipped_thresholds_and_a_given_threshold_repla
 def test_calibration_helpers_match_the_live_decider() -> None:
     """Smoothing and one-class crossings as the decider counts them; the allocation spends its budget on
     the keyword that buys the most detections per false accept."""
-    from edgessm.eval.calibrate import allocate, crossings
+    from edgessm.eval.calibrate import allocate, crossings, single_index
     from edgessm.eval.streams import smoothed_posteriors
 
     rng = np.random.default_rng(0)
@@ -128,6 +128,13 @@ def test_calibration_helpers_match_the_live_decider() -> None:
     assert allocate(hits, fa, budget=1).tolist() == [2, 0]  # over a flat stretch to the better point
     assert allocate(hits, fa, budget=2).tolist() == [2, 1]
     assert allocate(hits, fa, budget=0).tolist() == [0, 0]
+    # a third class no validation keyword scores: without a fallback it could never be heard (the highest
+    # threshold); with one it keeps the one threshold that meets the budget, its false accepts spent first
+    hits3, fa3 = np.vstack([hits, [0, 0, 0]]), np.vstack([fa, [0, 0, 1]])
+    assert allocate(hits3, fa3, budget=2).tolist() == [2, 1, 0]
+    assert single_index(fa3, budget=2) == 1 and single_index(fa3, budget=0) == 0
+    assert allocate(hits3, fa3, budget=2, fallback=1).tolist() == [2, 1, 1]
+    assert allocate(hits3, fa3, budget=2, fallback=2).tolist() == [2, 0, 2]  # its accept leaves one for class 0
 
 
 def test_stream_metrics_tell_a_posterior_that_never_rose_from_one_the_decision_lost() -> None:

@@ -743,6 +743,9 @@ def test_snapshots_are_model_folders_that_soup_and_validate(sc_folder: Path, tmp
         main(["train", str(cfg)])
     with pytest.raises(ValueError, match="snapshot_every"):
         Trainer(kws_config(sc_folder, snapshot_every=-1), tmp_path / "bad", device="cpu", progress=False)
+    for key in ("eval_every", "log_every", "checkpoint_every"):  # once a ZeroDivisionError after the first step
+        with pytest.raises(ValueError, match=f"train.{key} must be .* >= 1, got 0"):
+            Trainer(kws_config(sc_folder, **{key: 0}), tmp_path / "bad", device="cpu", progress=False)
 
 
 def test_front_plan_reaches_the_filterbank_and_trains(sc_folder: Path, tmp_path: Path) -> None:

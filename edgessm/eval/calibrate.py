@@ -20,7 +20,8 @@ counts its validation keywords whose smoothed posterior reaches ``t`` around the
 ``fa[c, t]`` the detections it alone would make on the keyword-free audio. Starting from the highest
 threshold everywhere, the greedy step lowers the keyword whose move buys the most hits per false
 accept (over any lower threshold, so a flat stretch does not stop it) while the summed false accepts
-stay within ``budget``. The result is then checked with the real :class:`KeywordDecider`.
+stay within ``budget``. A word without validation keywords keeps the one threshold for every word that meets
+the budget (its false accepts counted first). The result is then checked with the real :class:`KeywordDecider`.
 """
 
 from __future__ import annotations
@@ -62,15 +63,30 @@ def crossings(trace: np.ndarray, grid: Sequence[float], refractory: int) -> np.n
     return out
 
 
-def allocate(hits: np.ndarray, fa: np.ndarray, budget: float) -> np.ndarray:
+def single_index(fa: np.ndarray, budget: float) -> int:
+    """The grid index of the lowest one threshold for every class whose summed false accepts (``fa``:
+    ``(C, G)``, thresholds highest first) stay within ``budget`` (0, the highest, when none does)."""
+    within = np.flatnonzero(fa.sum(0) <= budget)
+    return int(within.max()) if len(within) else 0
+
+
+def allocate(hits: np.ndarray, fa: np.ndarray, budget: float, fallback: int | None = None) -> np.ndarray:
     """Grid index per class (``hits``, ``fa``: ``(C, G)``, thresholds highest first) maximising the
-    summed hits with the summed false accepts within ``budget``."""
+    summed hits with the summed false accepts within ``budget``.
+
+    A class without a single validation keyword (its ``hits`` all zero) cannot be scored: lowering its
+    threshold never buys a hit, so the greedy step would leave it at the highest threshold and the word
+    could never be heard. With ``fallback`` (a grid index: :func:`single_index`) it keeps that threshold
+    instead, its false accepts spent before the others are allocated."""
     n_classes, n_grid = hits.shape
+    scored = hits.max(1) > 0
     pick = np.zeros(n_classes, int)
+    if fallback is not None:
+        pick[~scored] = fallback
     spent = float(fa[np.arange(n_classes), pick].sum())
     while True:
         best, best_gain = None, 0.0
-        for c in range(n_classes):
+        for c in np.flatnonzero(scored):
             i = pick[c]
             for j in range(i + 1, n_grid):
                 d_fa = fa[c, j] - fa[c, i]
@@ -202,8 +218,11 @@ def calibrate(model: StepModel, streams: list[StreamSet], free: list[StreamSet],
     hours = sum(len(s.audio) for s in free) / info.sample_rate / 3600
     sub = np.array(active)
     out: dict = {"grid": GRID.tolist(), "keyword_free_hours": hours, "budgets": {}}
+    # words no validation keyword scores keep the one threshold that meets the budget
+    out["unscored"] = [labels[c] for c in sub if not hits[c].any()]
     for budget in budgets:
-        pick = allocate(hits[sub], fa[sub], budget * hours)
+        fallback = single_index(fa[sub], budget * hours)
+        pick = allocate(hits[sub], fa[sub], budget * hours, fallback=fallback)
         out["budgets"][float(budget)] = {labels[c]: float(GRID[pick[k]]) for k, c in enumerate(sub)}
     out["hits"] = {labels[c]: hits[c].tolist() for c in sub}
     out["fa"] = {labels[c]: fa[c].tolist() for c in sub}

@@ -239,6 +239,10 @@ def calibration_markdown(report: dict) -> str:
     lines += ["", f"Chosen per-keyword thresholds (budget {report['max_fa_per_hour']:g} FA/h):", "",
               "| " + " | ".join(chosen) + " |", "|" + "---:|" * len(chosen),
               "| " + " | ".join(f"{v:.3g}" for v in chosen.values()) + " |", ""]  # fmt: skip
+    unscored = report.get("allocation", {}).get("unscored")
+    if unscored:
+        lines += [f"No validation keywords of {', '.join(unscored)}: each keeps the one threshold for every word "
+                  "that meets the budget.", ""]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -264,6 +264,12 @@ class Trainer:
         if ckpt.exists() and not resume:
             raise RunExistsError(f"{self.out} already holds a run; pass --resume to continue it or choose a new --out")
         self.resume_from = ckpt if resume and ckpt.exists() else None
+        for key in ("log_every", "eval_every", "checkpoint_every"):
+            n = getattr(cfg.train, key)
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError(f"train.{key} must be a whole number of steps >= 1, got {n!r} (a run logs, "
+                                 "validates and checkpoints at its last step in any case: a large value means "
+                                 "only there)")  # fmt: skip
         snap = cfg.train.snapshot_every
         if not isinstance(snap, int) or isinstance(snap, bool) or snap < 0:
             raise ValueError(f"train.snapshot_every must be a whole number of steps >= 0 (0: none), got {snap!r}")
