@@ -206,16 +206,18 @@ def test_choose_threshold_decides_with_the_graphs_gates_or_the_options(monkeypat
     model.info = SimpleNamespace(**{**vars(EnergyModel.info), "extra": {"contrast_db": "6", "speech_after": "0.5"}})
     args = SimpleNamespace(thresholds="0.8", keywords_per_background=3, seed=0, keyword_free_hours=0.01, smooth=4,
                            refractory=1.0, max_fa=0.5, out=None, contrast=None, speech_after=None,
-                           hold=None)  # fmt: skip
+                           hold=None, margin=None)  # fmt: skip
     assert _choose_threshold(model, args, lambda it, _: it) == 0
-    args.contrast, args.speech_after, args.hold = 0.0, 0.3, 0.4
+    args.contrast, args.speech_after, args.hold, args.margin = 0.0, 0.3, 0.4, 0.2
     assert _choose_threshold(model, args, lambda it, _: it) == 0
-    assert [(c.contrast_db, c.speech_after, c.hold_s) for c in seen] == [(6.0, 0.5, 0.0), (None, 0.3, 0.4)]
+    assert [(c.contrast_db, c.speech_after, c.hold_s, c.margin) for c in seen] == [(6.0, 0.5, 0.0, None),
+                                                                                 (None, 0.3, 0.4, 0.2)]  # fmt: skip
 
 
 def test_eval_refuses_gates_out_of_range_before_reading_the_graph() -> None:
     for option, value, says in (("--speech-after", "1.5", "posterior in [0, 1]"), ("--contrast", "-3", "0 (off)"),
-                                ("--hold", "2", "--hold is in seconds")):  # fmt: skip
+                                ("--hold", "2", "--hold is in seconds"),
+                                ("--margin", "1", "--margin is a")):  # fmt: skip
         bad = subprocess.run([sys.executable, "-m", "edgessm", "eval", "kws35", option, value], capture_output=True,
                              text=True, timeout=120)  # fmt: skip
         assert bad.returncode != 0 and says in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr

@@ -307,3 +307,41 @@ def test_a_hold_fires_the_strongest_keyword_of_the_hold_at_the_time_it_took_the_
 def test_a_hold_outside_zero_to_one_second_is_refused(hold) -> None:
     with pytest.raises(ValueError, match=r"--hold is in seconds, 0 \(off\) to 1"):
         KeywordDecider(LABELS, 0.02, DecisionConfig(hold_s=hold))
+
+
+def _two_words(first: tuple[float, float], then: tuple[float, float], frames: int = 10) -> np.ndarray:
+    """Logits of ``frames`` frames at posteriors ``first`` (yes, no), then ``frames`` at ``then``, the rest
+    _unknown_, between silence."""
+    out = []
+    for yes, no in [(0.0, 0.0)] * frames + [first] * frames + [then] * frames + [(0.0, 0.0)] * frames:
+        rest = 1.0 - yes - no
+        p = np.array([yes, no, rest, 0.0]) if yes or no else np.array([0.0, 0.0, 0.0, 1.0])
+        out.append(np.log(np.maximum(p, 1e-9)))
+    return np.array(out).T
+
+
+def test_a_margin_keeps_a_doubtful_word_silent_until_it_leads_the_runner_up() -> None:
+    """``yes`` at 0.55 with ``no`` at 0.40 crosses 0.5 and fires at once without a margin; with a margin of 0.2 it
+    waits for the frames where it leads by that much, and stays silent if it never does. A word the listener
+    does not listen for is still the runner-up."""
+    from edgessm.runtime.kws import graph_decision
+
+    cfg = {"threshold": 0.5, "smooth_frames": 1, "refractory_s": 1.0}
+    logits = _two_words((0.55, 0.40), (0.9, 0.05))
+    plain = KeywordDecider(LABELS, FRAME, DecisionConfig(**cfg)).process(logits)
+    assert [(e.label, round(e.time_s / FRAME)) for e in plain] == [("yes", 11)]
+    held = KeywordDecider(LABELS, FRAME, DecisionConfig(**cfg, margin=0.2)).process(logits)
+    assert [(e.label, round(e.time_s / FRAME)) for e in held] == [("yes", 21)]  # when it leads by 0.85
+    doubtful = _two_words((0.55, 0.40), (0.55, 0.40))
+    assert KeywordDecider(LABELS, FRAME, DecisionConfig(**cfg, margin=0.2)).process(doubtful) == []
+    only_yes = DecisionConfig(**cfg, margin=0.2, keywords=("yes",))
+    assert KeywordDecider(LABELS, FRAME, only_yes).process(doubtful) == []
+    assert graph_decision({"margin": "0.2"}).margin == 0.2
+    assert graph_decision({"margin": "0.2"}, margin=0).margin is None
+    assert graph_decision({}).margin is None
+
+
+@pytest.mark.parametrize("margin", [-0.1, 1.0])
+def test_a_margin_outside_zero_to_one_is_refused(margin) -> None:
+    with pytest.raises(ValueError, match=r"--margin is a difference of posteriors, 0 \(off\) to below 1"):
+        KeywordDecider(LABELS, 0.02, DecisionConfig(margin=margin))

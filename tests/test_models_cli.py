@@ -88,10 +88,13 @@ def test_detail_shows_a_graphs_hold(shipped, capsys) -> None:
 
     graph = shipped / "kws35" / "kws35.onnx"
     proto = onnx.load(str(graph))
-    onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, "hold_s": "0.4"})
+    onnx.helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, "hold_s": "0.4",
+                                          "margin": "0.2"})  # fmt: skip
     onnx.save(proto, str(graph))
     assert main(["models", "kws35"]) == 0
-    assert "hold           the strongest keyword within 0.4 s of a crossing fires" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "hold           the strongest keyword within 0.4 s of a crossing fires" in out
+    assert "margin         a keyword fires only 0.2 above every other keyword's posterior" in out
 
 
 def test_detail_names_a_recognizers_word_model(shipped, capsys) -> None:

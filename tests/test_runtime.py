@@ -381,6 +381,13 @@ def test_listen_summary_goes_to_stderr_and_json_keeps_stdout_clean(kws_graph, ca
                for h, e in zip(held, events, strict=True))  # fmt: skip
     with pytest.raises(SystemExit, match="--hold is in seconds"):
         main([*args, "--hold", "-1"])
+    # a runner-up margin: each word fires where it leads the others by 0.3 (at or after its plain crossing), or
+    # stays silent
+    assert main([*args, "--json", "--margin", "0.3"]) == 0
+    led = [json.loads(line) for line in capsys.readouterr()[0].splitlines()]
+    assert all(any(e["keyword"] == h["keyword"] and 0 <= h["time"] - e["time"] < 1.0 for e in events) for h in led)
+    with pytest.raises(SystemExit, match="--margin is a difference of posteriors"):
+        main([*args, "--margin", "1.5"])
 
 
 @pytest.mark.parametrize(

@@ -833,10 +833,11 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     cal.write_text(json.dumps({"chosen": {"yes": 0.55, "no": 0.95}}))
     assert main(["export", str(run), "--out", str(tmp_path / "cal"), "--chunk", "32", "--threshold", "0.8",
                  "--class-thresholds", str(cal), "--contrast-db", "6", "--speech-after", "0.5",
-                 "--hold", "0.3"]) == 0  # fmt: skip
+                 "--hold", "0.3", "--margin", "0.2"]) == 0  # fmt: skip
     decision = graph_decision(StepModel(tmp_path / "cal" / "cal.onnx").info.extra)
     assert decision.threshold == 0.8 and decision.class_thresholds == {"yes": 0.55, "no": 0.95}
     assert decision.contrast_db == 6.0 and decision.speech_after == 0.5 and decision.hold_s == 0.3  # gates too
+    assert decision.margin == 0.2
     with pytest.raises(SystemExit, match="--contrast-db must be 0"):
         main(["export", str(run), "--out", str(tmp_path / "bad"), "--chunk", "32", "--contrast-db", "-1"])
     for bad in ({"chosen": {"maybe": 0.5}}, {"chosen": {"yes": 1.5}}, {"other": 1}):

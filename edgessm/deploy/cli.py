@@ -50,6 +50,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--hold", type=float, metavar="S",
                     help="keyword spotters: the graph's hold (listen --hold; the strongest keyword within S seconds "
                          "of a crossing fires)")  # fmt: skip
+    ap.add_argument("--margin", type=float, metavar="P",
+                    help="keyword spotters: the graph's runner-up margin (listen --margin; a keyword fires only "
+                         "where it stands P above every other keyword's posterior)")  # fmt: skip
     ap.add_argument("--class-thresholds", metavar="CALIBRATION_JSON",
                     help="keyword spotters: per-keyword thresholds from `edgessm eval MODEL --calibrate --out DIR` "
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
@@ -104,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
     lm_decoder = _lm_decoder(args)
     try:
-        check_gates(args.contrast_db, args.speech_after, "--contrast-db", args.hold)  # before the slow part
+        # before the slow part
+        check_gates(args.contrast_db, args.speech_after, "--contrast-db", args.hold, args.margin)
         net, desc = load_trained(args.model, args.checkpoint)
     except (FileNotFoundError, ValueError) as e:
         raise SystemExit(f"edgessm export: {e}") from None
@@ -120,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         meta["speech_after"] = f"{args.speech_after:g}"
     if args.hold:
         meta["hold_s"] = f"{args.hold:g}"
+    if args.margin:
+        meta["margin"] = f"{args.margin:g}"
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
     agc = {"auto": TASK_DEFAULTS.get(desc["network"]), "on": task_agc(desc["network"]), "off": None}[args.agc]

@@ -59,6 +59,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--hold", type=float, metavar="S",
                     help="keyword spotters: the hold (the strongest keyword within S seconds of a crossing fires; "
                          "0: off; default: the graph's, as in listen)")  # fmt: skip
+    ap.add_argument("--margin", type=float, metavar="P",
+                    help="keyword spotters: the runner-up margin (a keyword must stand P above every other keyword's "
+                         "posterior; 0: off; default: the graph's, as in listen)")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0, help="seed of the test streams")
     ap.add_argument(
         "--choose-threshold",
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budgets:
         raise SystemExit("edgessm eval: --budgets goes with --budget-sweep")
     try:
-        check_gates(args.contrast, args.speech_after, hold_s=args.hold)
+        check_gates(args.contrast, args.speech_after, hold_s=args.hold, margin=args.margin)
         path = resolve_graph(args.model, int8=args.int8, budget=args.budget)
         model = StepModel(path, threads=args.threads)
         check_budget(model.info.extra, args.budget, path.name)
@@ -174,10 +177,11 @@ def run(args: argparse.Namespace) -> int:
     report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
                     "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
     shipped = graph_decision(model.info.extra, args.threshold, args.smooth, args.refractory, contrast_db=args.contrast,
-                             speech_after=args.speech_after, hold_s=args.hold)  # fmt: skip
+                             speech_after=args.speech_after, hold_s=args.hold, margin=args.margin)  # fmt: skip
     report["contrast_db"] = shipped.contrast_db
     report["speech_after"] = shipped.speech_after
     report["hold_s"] = shipped.hold_s
+    report["margin"] = shipped.margin
     calibrated = shipped if shipped.class_thresholds else None
     if calibrated is not None:
         report["decision"] = "calibrated"
@@ -441,7 +445,7 @@ def _choose_threshold(model, args: argparse.Namespace, progress) -> int:
     free = kws.keyword_free_hour(3600 * args.keyword_free_hours, args.seed + 101, "synth-validation")
     # the graph's gates (or --contrast's and --speech-after's): the threshold is chosen for the decision it ships with
     cfg = graph_decision(model.info.extra, thresholds[0], args.smooth, args.refractory, contrast_db=args.contrast,
-                         speech_after=args.speech_after, hold_s=args.hold)  # fmt: skip
+                         speech_after=args.speech_after, hold_s=args.hold, margin=args.margin)  # fmt: skip
     metrics = kws.stream_metrics(model, streams, free, thresholds, cfg, progress)
     metrics["keyword_source"] = "synth-validation"
     chosen = kws.pick_threshold(metrics["sweep"], args.max_fa)
@@ -480,7 +484,7 @@ def _calibrate(model, args: argparse.Namespace, progress) -> int:
     cal = calibrate.calibrate(model, streams, free, budgets, args.smooth, args.refractory, logits)
     # the graph's gates (or the options'), one threshold
     base = graph_decision(model.info.extra, 0.5, args.smooth, args.refractory, contrast_db=args.contrast,
-                          speech_after=args.speech_after, hold_s=args.hold)  # fmt: skip
+                          speech_after=args.speech_after, hold_s=args.hold, margin=args.margin)  # fmt: skip
     gate = base.contrast_db
     thresholds = sorted({*(float(t) for t in args.thresholds.split(",")), 0.97, 0.98, 0.99, 0.995})
     single = kws.stream_metrics(model, streams, free, thresholds, base, logits=logits)

@@ -35,6 +35,11 @@ the word cut them).
 threshold is held for ``hold_s`` seconds (at least the speech-after gate's span when that gate is on), and
 the keyword standing furthest above its own threshold at any frame of the hold is the one that fires, at the
 time it took the lead. The detection is *reported* when the hold ends (the added latency).
+
+**Margin over the runner-up** (``margin``, optional): a doubtful word is better left silent than named wrong.
+With a margin a keyword fires only at a frame where its smoothed posterior stands ``margin`` above every other
+keyword's (of all the model's keywords, listened for or not; the background classes do not count); until then it
+stays armed, so a word that becomes clear a few frames later still fires. No latency is added.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class DecisionConfig:
     contrast_db: float | None = None  # the contrast gate (module docstring); None: off
     speech_after: float | None = None  # the speech-after gate's highest mean _unknown_ posterior; None: off
     hold_s: float = 0.0  # hold a crossing keyword this long; the strongest keyword of the hold fires (0: off)
+    margin: float | None = None  # how far a keyword must stand above the runner-up keyword (module docstring)
 
 
 # the contrast gate's spans, in seconds
@@ -78,8 +84,10 @@ MAX_HOLD_S = 1.0  # the longest hold (a longer one would reach into the next com
 
 
 def check_gates(contrast_db: float | None, speech_after: float | None, contrast_option: str = "--contrast",
-                hold_s: float | None = None) -> None:  # fmt: skip
+                hold_s: float | None = None, margin: float | None = None) -> None:  # fmt: skip
     """A ``ValueError`` naming the option when a gate's value is out of range (``None``: not given)."""
+    if margin is not None and not 0 <= margin < 1:
+        raise ValueError(f"--margin is a difference of posteriors, 0 (off) to below 1, got {margin:g}")
     if hold_s is not None and not 0 <= hold_s <= MAX_HOLD_S:
         raise ValueError(f"--hold is in seconds, 0 (off) to {MAX_HOLD_S:g}, got {hold_s:g}")
     if contrast_db is not None and not contrast_db >= 0:
@@ -91,18 +99,25 @@ def check_gates(contrast_db: float | None, speech_after: float | None, contrast_
 def graph_decision(meta: dict[str, str], threshold: float | None = None, smooth_frames: int = 4,
                    refractory_s: float = 1.0, keywords: tuple[str, ...] = (),
                    contrast_db: float | None = None, speech_after: float | None = None,
-                   hold_s: float | None = None) -> DecisionConfig:  # fmt: skip
+                   hold_s: float | None = None, margin: float | None = None) -> DecisionConfig:  # fmt: skip
     """The decision a graph ships with (its metadata ``threshold``, calibrated ``class_thresholds``,
-    ``contrast_db``, ``speech_after`` and ``hold_s``), or one global ``threshold`` when the caller gives one
-    (which then replaces the per-keyword ones). ``contrast_db``, ``speech_after`` and ``hold_s`` replace the
-    graph's (0: off)."""
+    ``contrast_db``, ``speech_after``, ``hold_s`` and ``margin``), or one global ``threshold`` when the caller
+    gives one (which then replaces the per-keyword ones). ``contrast_db``, ``speech_after``, ``hold_s`` and
+    ``margin`` replace the graph's (0: off)."""
     if contrast_db is None:
         contrast_db = float(meta["contrast_db"]) if "contrast_db" in meta else None
     if speech_after is None:
         speech_after = float(meta["speech_after"]) if "speech_after" in meta else None
     if hold_s is None:
         hold_s = float(meta.get("hold_s", 0.0))
-    gates = {"contrast_db": contrast_db or None, "speech_after": speech_after or None, "hold_s": hold_s}
+    if margin is None:
+        margin = float(meta["margin"]) if "margin" in meta else None
+    gates = {
+        "contrast_db": contrast_db or None,
+        "speech_after": speech_after or None,
+        "hold_s": hold_s,
+        "margin": margin or None,
+    }
     if threshold is not None:
         return DecisionConfig(threshold, smooth_frames, refractory_s, keywords, **gates)
     per_class = json.loads(meta["class_thresholds"]) if "class_thresholds" in meta else {}
@@ -127,6 +142,7 @@ class KeywordDecider:
         if unknown:
             raise ValueError(f"keywords {sorted(unknown)} are not labels of this model")
         self.active = np.array([lab in wanted and lab not in BACKGROUND for lab in self.labels])
+        self._keyword = np.array([lab not in BACKGROUND for lab in self.labels])  # the runner-up's candidates
         strange = set(self.config.class_thresholds) - set(self.labels)
         if strange:
             raise ValueError(f"class thresholds for {sorted(strange)}, which are not labels of this model")
@@ -137,7 +153,9 @@ class KeywordDecider:
                              "_unknown_ class (turn the gate off: --speech-after 0)")  # fmt: skip
         self._unknown = self.labels.index("_unknown_") if "_unknown_" in self.labels else -1
         self._after = (round(AFTER_S[0] / frame_s), max(1, round(AFTER_S[1] / frame_s)))  # frames after the crossing
-        check_gates(self.config.contrast_db, self.config.speech_after, hold_s=self.config.hold_s)
+        check_gates(
+            self.config.contrast_db, self.config.speech_after, hold_s=self.config.hold_s, margin=self.config.margin
+        )
         hold = round(self.config.hold_s / frame_s)
         if self.config.speech_after is not None:
             hold = max(hold, self._after[1])
@@ -186,23 +204,24 @@ class KeywordDecider:
                     events += self.flush()
             smooth = np.mean(self._window, axis=0)
             t = self._frames * self.frame_s
-            margin = np.where(self.active, smooth - self.thresholds, -np.inf)
-            best = int(np.argmax(margin))
-            if self._held is not None and self.config.hold_s and margin[best] > self._lead:
+            above = np.where(self.active, smooth - self.thresholds, -np.inf)
+            best = int(np.argmax(above))
+            if self._held is not None and self.config.hold_s and above[best] > self._lead:
                 held = self._held  # the hold's strongest keyword so far: it fires when the hold ends
                 keep = held.label == self.labels[best]
                 self._held = Detection(self.labels[best], held.time_s if keep else t, float(smooth[best]))
-                self._lead = float(margin[best])
+                self._lead = float(above[best])
             if smooth[best] < self.thresholds[best]:
                 self._armed = True  # the last detection's word has left the window
-            elif self._armed and t - self._last_fire >= self.config.refractory_s and self._stands_out(power, past + f):
+            elif (self._armed and t - self._last_fire >= self.config.refractory_s and self._leads(smooth, best)
+                  and self._stands_out(power, past + f)):  # fmt: skip
                 detection = Detection(self.labels[best], t, float(smooth[best]))
                 if not self._hold:
                     events.append(detection)
                 else:  # held until the hold (and the speech-after gate's span) has passed
                     events += self.flush()  # one held before it (a refractory period shorter than the hold)
                     self._held, self._held_frame, self._speech = detection, self._frames, []
-                    self._lead = float(margin[best])
+                    self._lead = float(above[best])
                 self._last_fire, self._armed = t, False
         return events
 
@@ -214,6 +233,15 @@ class KeywordDecider:
         if held is None or (gate is not None and self._speech and np.mean(self._speech) > gate):
             return []
         return [held]
+
+    def _leads(self, smooth: np.ndarray, best: int) -> bool:
+        """The runner-up gate: keyword ``best`` stands ``margin`` above every other keyword (True without it)."""
+        if self.config.margin is None:
+            return True
+        others = self._keyword.copy()
+        others[best] = False
+        runner_up = float(smooth[others].max()) if others.any() else 0.0
+        return float(smooth[best]) - runner_up >= self.config.margin
 
     def _stands_out(self, power: np.ndarray, frame: int) -> bool:
         """The contrast gate at ``frame`` of the frame powers ``power`` (True without a gate)."""

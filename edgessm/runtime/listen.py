@@ -109,6 +109,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="hold a keyword that crosses the threshold S seconds and fire the keyword that stands "
                          "highest in that time (the start of a word can sound like another); reported S later; "
                          "0: off (default: the model's)")  # fmt: skip
+    ap.add_argument("--margin", type=float, metavar="P",
+                    help="a keyword fires only where its smoothed posterior stands P above every other "
+                         "keyword's (a doubtful word stays silent rather than named wrong); 0: off (default: "
+                         "the model's)")  # fmt: skip
     ap.add_argument("--keywords", nargs="+", help="only these words, e.g. --keywords yes,no (default: all)")
     ap.add_argument("--int8", action="store_true", help="use the int8 graph of a shipped model")
     ap.add_argument("--budget", metavar="K", help="compute budget of an elastic (ES-SSM) model: its graph at K")
@@ -369,7 +373,7 @@ def _check_options(args: argparse.Namespace) -> None:
     from .kws import check_gates
 
     try:
-        check_gates(args.contrast, args.speech_after, hold_s=args.hold)
+        check_gates(args.contrast, args.speech_after, hold_s=args.hold, margin=args.margin)
     except ValueError as e:
         raise _fail(str(e)) from None
     record = args.record
@@ -401,7 +405,7 @@ def _listener(args: argparse.Namespace) -> Listener:
         raise _fail(f"{args.model} is a {info.task or 'non-keyword'} model, not a keyword spotter")
     keywords = tuple(w for item in args.keywords or () for w in item.split(",") if w)
     cfg = graph_decision(info.extra, args.threshold, args.smooth, args.refractory, keywords, args.contrast,
-                         args.speech_after, args.hold)  # fmt: skip
+                         args.speech_after, args.hold, args.margin)  # fmt: skip
     try:
         decider = KeywordDecider(info.labels, info.stride / info.sample_rate, cfg)
     except ValueError as e:

@@ -53,6 +53,7 @@ def describe(folder: Path) -> dict:
         "contrast_db": float(meta["contrast_db"]) if float(meta.get("contrast_db", 0) or 0) else None,
         "speech_after": float(meta["speech_after"]) if float(meta.get("speech_after", 0) or 0) else None,
         "hold_s": float(meta["hold_s"]) if float(meta.get("hold_s", 0) or 0) else None,
+        "margin": float(meta["margin"]) if float(meta.get("margin", 0) or 0) else None,
         "input_agc": json.loads(meta["input_agc"]) if meta.get("input_agc") else None,
         "graphs": graphs,
         "budgets": manifest.get("budgets", {}),
@@ -153,6 +154,9 @@ def _detail(f: dict) -> None:
     if f.get("hold_s") is not None:
         print(f"  hold           the strongest keyword within {f['hold_s']:g} s of a crossing fires (reported "
               f"{f['hold_s']:g} s later; listen --hold 0: off)")  # fmt: skip
+    if f.get("margin") is not None:
+        print(f"  margin         a keyword fires only {f['margin']:g} above every other keyword's posterior "
+              "(listen --margin 0: off)")  # fmt: skip
     agc = f.get("input_agc")
     if agc:
         print(f"  level control  quiet input raised toward {agc['target']:g} dBFS, at most {agc['max_gain']:g} dB "
