@@ -1,10 +1,11 @@
 """The keyword decision's gates on validation streams: detection rates and false accepts per hour of a keyword
-graph at several thresholds, with and without the contrast gate and the speech-after gate (how kws35's and
-kws35-es's decisions were chosen).
+graph at several thresholds, with and without the contrast gate, the speech-after gate, the hold and the
+runner-up margin (how kws35's and kws35-es's decisions were chosen).
 
     .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.95,0.9,0.85,0.8 --gates 0,3,6
     .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.85,0.8,0.7 --gates 6 --after 0,0.5
     .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.5,0.6 --gates 6 --hold 0,0.2,0.4
+    .venv/bin/python tools/kws_decision_study.py models/kws35 --thresholds 0.3,0.4,0.5 --gates 6 --margin 0,0.2,0.4
 
 Data (no test speaker): the keyword streams of ``edgessm eval --calibrate`` (seed 0: real validation
 speakers in a quiet room and over keyword-free validation speech, music and noise) and keyword-free
@@ -78,6 +79,7 @@ def main() -> None:
     ap.add_argument("--gates", default="0,6", help="contrast gates in dB (0: none)")
     ap.add_argument("--after", default="0", help="speech-after gates: highest mean _unknown_ posterior (0: none)")
     ap.add_argument("--hold", default="0", help="holds in seconds: the hold's strongest keyword fires (0: none)")
+    ap.add_argument("--margin", default="0", help="runner-up margins: a keyword leads every other by this (0: none)")
     ap.add_argument("--after-span", help="the speech-after gate's span in seconds after the crossing, e.g. 0.1,0.3")
     ap.add_argument("--max-speech-fa", type=float, help="the rule's bound on false accepts per hour on speech")
     ap.add_argument("--max-wrong", type=float, help="the rule's bound on the wrong-word rate, e.g. 0.07")
@@ -90,11 +92,15 @@ def main() -> None:
     thresholds = [float(t) for t in args.thresholds.split(",")]
     admissible = []  # (detection rate, description) of the rows within the rule's bounds
     for gate in (float(g) for g in args.gates.split(",")):
-        for after, hold in ((float(u), float(h)) for u in args.after.split(",") for h in args.hold.split(",")):
-            cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None, hold_s=hold)
+        combos = [(float(u), float(h), float(m)) for u in args.after.split(",") for h in args.hold.split(",")
+                  for m in args.margin.split(",")]  # fmt: skip
+        for after, hold, margin in combos:
+            cfg = DecisionConfig(0.5, contrast_db=gate or None, speech_after=after or None, hold_s=hold,
+                                 margin=margin or None)  # fmt: skip
             sweep = stream_metrics(model, streams, free, thresholds, cfg, logits=logits)["sweep"]
             for row in sweep:
                 name = f"threshold {row['threshold']:g}, gate {gate:g} dB, speech after {after:g}, hold {hold:g} s"
+                name += f", margin {margin:g}" if margin else ""
                 line, speech_fa = row_summary(row, real, speech_hours)
                 print(f"{name}: {line}", flush=True)
                 if (args.max_speech_fa is None or speech_fa <= args.max_speech_fa) and (
