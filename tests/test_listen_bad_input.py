@@ -23,7 +23,7 @@ from fixtures import DEMOS, make_bad, noise, wav_bytes
 from edgessm.cli import main
 
 DEMO = DEMOS / "keywords.wav"
-DEMO_WORDS = ["yes", "left", "stop", "no", "up", "right", "go", "off"]  # demos/README.md: kws35 (v12) by default
+DEMO_WORDS = ["yes", "left", "stop", "no", "up", "right", "go", "off"]  # demos/README.md: kws35 (v13) by default
 FAST = ["listen", "--model", "kws35", "--fast", "--json"]
 
 

@@ -31,7 +31,7 @@ def test_table_detail_and_json(shipped, capsys) -> None:
     assert main(["models", "kws35"]) == 0
     out = capsys.readouterr().out
     assert "labels         37:" in out and "_silence_" in out
-    assert "threshold      0.6" in out and "contrast gate  6 dB" in out  # the shipped decision (kws35 v12)
+    assert "threshold      0.6" in out and "contrast gate  6 dB" in out  # the shipped decision (kws35 v13)
     assert "speech after" not in out  # kws35 (v9 on) ships without the speech-after gate
     assert "level control  quiet input raised toward -20 dBFS" in out  # its graphs ask for the level control
     shutil.copytree(REPO_MODELS / "kws35-es", shipped / "kws35-es")  # an elastic spotter: its budgets
