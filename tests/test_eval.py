@@ -179,7 +179,7 @@ def test_choose_threshold_reports_validation_streams_and_writes_its_evidence(mon
     monkeypatch.setattr(kws, "keyword_free_hour", lambda s, seed, src: [kws.StreamSet("noise", free, [])])
     args = SimpleNamespace(thresholds="0.5,0.7,0.8,0.9", keywords_per_background=3, seed=0, keyword_free_hours=0.01,
                            smooth=4, refractory=1.0, max_fa=0.5, out=str(tmp_path / "ev"), contrast=None,
-                           speech_after=None, hold=None)  # fmt: skip
+                           speech_after=None, hold=None, margin=None)  # fmt: skip
     assert _choose_threshold(EnergyModel(), args, lambda it, _: it) == 0
     assert sources == ["synth-validation"]
     md = (tmp_path / "ev" / "threshold-validation.md").read_text()
@@ -318,7 +318,8 @@ def test_calibrate_writes_per_keyword_thresholds_a_det_table_and_plot(monkeypatc
     pool = {"clips": 3, "speakers": 2, "minutes": 1.5, "minutes_by_source": {"real_read_speech": 1.5}}
     monkeypatch.setattr(calibrate, "validation_speech_pool", lambda: pool)
     args = SimpleNamespace(thresholds="0.5,0.9", seed=0, smooth=4, refractory=1.0, max_fa=1.0, calibration_hours=0.01,
-                           contrast=None, speech_after=None, hold=None, out=str(tmp_path / "cal"))  # fmt: skip
+                           contrast=None, speech_after=None, hold=None, margin=None,
+                           out=str(tmp_path / "cal"))  # fmt: skip
     assert _calibrate(EnergyModel(), args, lambda it, _: it) == 0
     report = json.loads((tmp_path / "cal" / "calibration.json").read_text())
     assert 0.75 < report["chosen"]["yes"] <= 1.0  # above the 3/4 the keyword-free audio reaches: no false accept
