@@ -156,6 +156,22 @@ def test_a_mined_negative_is_the_recording_up_to_the_detection_with_no_keyword_a
     assert background.all() and not positive.any()
 
 
+def test_mined_recordings_come_from_the_sentences_store_when_it_holds_them(sc_folder: Path, tmp_path: Path) -> None:
+    """A list mined anew reuses the decoded sentences (no second store to decode); the examples are the same."""
+    manifest = _sentences(tmp_path / "sent")
+    write_mined(tmp_path / "m.csv", [Mined(str(tmp_path / "sent" / "s1.wav"), 0.3, "yes", 0.6)])
+    mined = {"mined_negatives": str(tmp_path / "m.csv"), "mined_fraction": 0.5}
+    shared = build_task(_config(sc_folder, manifest, context_prob=0.5, **mined))
+    alone = build_task(_config(sc_folder, manifest, **mined))
+    shared.train_set(), alone.train_set()
+    assert shared.mined_clip[0][0] is shared.sentences is not None
+    assert alone.sentences is None and alone.mined_clip[0][0] is not None
+    last = len(alone.train_set()) - 1
+    a = shared._mined_example(last, np.random.default_rng(3))["audio"]
+    b = alone._mined_example(last, np.random.default_rng(3))["audio"]
+    np.testing.assert_array_equal(a, b)
+
+
 def test_mined_negatives_are_augmented_like_other_clips(sc_folder: Path, tmp_path: Path) -> None:
     manifest = _sentences(tmp_path / "sent")
     write_mined(tmp_path / "m.csv", [Mined(str(tmp_path / "sent" / "s0.wav"), 0.45, "no", 0.55)])

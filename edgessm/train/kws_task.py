@@ -193,6 +193,7 @@ class KwsTask(Task):
             raise CorpusError("context_prob / sentence_negatives / sentence_babble need keyword-free sentences in "
                               "the sources (the synthetic corpus has them: synth:default)")  # fmt: skip
         self.sentences = AudioStore(sentences, progress=True, cache="auto") if wants_sentences else None
+        self._sentence_paths = sentences if wants_sentences else []
         babble = _DrawClip(self.sentences) if self.data.sentence_babble else None
         pieces = self.data.music_pieces
         self.music = MusicBank(pieces, seed=self.cfg.train.seed, cache=True) if pieces else None
@@ -209,7 +210,7 @@ class KwsTask(Task):
         self._prepared = True
 
     def _prepare_mined(self, sentences: list[Clip], train: list[tuple[Clip, int]]) -> None:
-        """The mined negatives (``mined_negatives``) and a store of their recordings."""
+        """The mined negatives (``mined_negatives``) and where their recordings are decoded."""
         self.mined: list = []
         if self.data.mined_fraction < 0:
             raise ValueError(f"data.mined_fraction must be >= 0, got {self.data.mined_fraction}")
@@ -233,10 +234,18 @@ class KwsTask(Task):
             raise ValueError(f"{self.data.mined_negatives}: {len(strange)} recordings are not keyword-free "
                              f"training speech of this recipe (e.g. {strange[0]}); mine with the same recipe "
                              "and sources (`edgessm mine RECIPE`)")  # fmt: skip
+        # Mined recordings are keyword-free training speech, which the sentences' store mostly holds decoded
+        # already: a list mined anew for each sitting then starts in seconds, not after decoding its recordings
+        # again (hundreds of compressed files: minutes). A new store takes the rest (e.g. _unknown_ clips).
         paths = sorted({m.path for m in self.mined})
-        self.mined_store = AudioStore(paths, progress=True, cache="auto")
-        where = {path: i for i, path in enumerate(paths)}
-        self.mined_clip = [where[m.path] for m in self.mined]
+        held: dict[str, int] = {}
+        for i, path in enumerate(self._sentence_paths):
+            held.setdefault(path, i)
+        rest = [p for p in paths if p not in held]
+        other = AudioStore(rest, progress=True, cache="auto") if rest else None
+        where = {p: (self.sentences, held[p]) for p in paths if p in held}
+        where.update({p: (other, i) for i, p in enumerate(rest)})
+        self.mined_clip = [where[m.path] for m in self.mined]  # (store, index) of each spot's recording
 
     def keyword_free_training(self, sentences: list[Clip], train: list[tuple[Clip, int]]) -> list[Clip]:
         """The recordings this recipe treats as keyword-free training speech (what ``edgessm mine`` searches):
@@ -330,11 +339,11 @@ class KwsTask(Task):
         """A mined negative: the recording up to just after a detection, no keyword at any frame."""
         r = rng if rng is not None else item_rng(index)
         k = int(r.integers(len(self.mined)))
-        clip, length = self.mined_clip[k], self.data.clip_samples
+        (store, clip), length = self.mined_clip[k], self.data.clip_samples
         total = self.data.context_samples + length
         end = round((self.mined[k].time_s + r.uniform(0.05, 0.3)) * SAMPLE_RATE)
         x = np.zeros(total, np.float32)
-        part = self.mined_store.slice(clip, end - total, end)  # silence before the recording (and after it)
+        part = store.slice(clip, end - total, end)  # silence before the recording (and after it)
         start = max(0, total - end)
         x[start : start + len(part)] = part
         mix = self._unaugmented("train")
