@@ -170,6 +170,24 @@ def test_mined_recordings_come_from_the_sentences_store_when_it_holds_them(sc_fo
     a = shared._mined_example(last, np.random.default_rng(3))["audio"]
     b = alone._mined_example(last, np.random.default_rng(3))["audio"]
     np.testing.assert_array_equal(a, b)
+    # an _unknown_ training clip comes from the clips' store, which holds it whole
+    rng, words = np.random.default_rng(1), []
+    for i in range(6):  # short non-keyword words of six voices
+        path = tmp_path / "words" / f"w{i}.wav"
+        write_audio(path, (0.1 * rng.standard_normal(SR)).astype(np.float32), SR)
+        words.append(Clip(str(path), speaker=f"w{i}", label="bed", source="recorded"))
+    write_manifest(tmp_path / "words" / "manifest.csv", words)
+    with_words = {"sources": [f"speech_commands:{sc_folder}", f"manifest:{tmp_path / 'words' / 'manifest.csv'}"]}
+    plain = build_task(_config(sc_folder, manifest, **with_words))
+    plain.train_set()
+    unknown = next(c.path for c, lab in plain.items["train"] if plain.labels[lab] == "_unknown_")
+    write_mined(tmp_path / "u.csv", [Mined(unknown, 0.2, "yes", 0.6)])
+    task = build_task(_config(sc_folder, manifest, mined_negatives=str(tmp_path / "u.csv"), mined_fraction=0.5,
+                              **with_words))  # fmt: skip
+    task.train_set()
+    store, i = task.mined_clip[0]
+    assert store is task.store
+    np.testing.assert_allclose(store[i], load_audio(unknown)[0], atol=1e-4)
 
 
 def test_mined_negatives_are_augmented_like_other_clips(sc_folder: Path, tmp_path: Path) -> None:

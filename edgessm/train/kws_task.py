@@ -183,9 +183,8 @@ class KwsTask(Task):
             raise CorpusError("no training clips with a label of this task were found in the data sources")
         self.items = splits
         all_clips = splits["train"] + splits["validation"]
-        self.store = AudioStore(
-            [c.path for c, _ in all_clips], max_samples=self.data.clip_samples * 2, progress=True, cache="auto"
-        )
+        self._clip_max = self.data.clip_samples * 2  # the store keeps at most this much of a clip (its loudest part)
+        self.store = AudioStore([c.path for c, _ in all_clips], max_samples=self._clip_max, progress=True, cache="auto")
         self.n_train = len(splits["train"])
         self.noises = AudioStore(noise_paths(list(self.data.noise)), cache="auto") if self.data.noise else None
         wants_sentences = self.data.context_prob > 0 or self.data.sentence_negatives > 0 or self.data.sentence_babble
@@ -234,16 +233,20 @@ class KwsTask(Task):
             raise ValueError(f"{self.data.mined_negatives}: {len(strange)} recordings are not keyword-free "
                              f"training speech of this recipe (e.g. {strange[0]}); mine with the same recipe "
                              "and sources (`edgessm mine RECIPE`)")  # fmt: skip
-        # Mined recordings are keyword-free training speech, which the sentences' store mostly holds decoded
-        # already: a list mined anew for each sitting then starts in seconds, not after decoding its recordings
-        # again (hundreds of compressed files: minutes). A new store takes the rest (e.g. _unknown_ clips).
+        # Mined recordings are keyword-free training speech, which the sentences' store and the clips' store
+        # (an _unknown_ clip it holds whole) hold decoded already: a list mined anew for each sitting then starts
+        # in seconds, not after decoding its recordings again (hundreds of compressed files: minutes). A new
+        # store takes the rest (e.g. a long clip the clips' store keeps only the loudest part of).
         paths = sorted({m.path for m in self.mined})
-        held: dict[str, int] = {}
+        held: dict[str, tuple[AudioStore, int]] = {}
         for i, path in enumerate(self._sentence_paths):
-            held.setdefault(path, i)
+            held.setdefault(path, (self.sentences, i))
+        for i, (clip, _) in enumerate(train):  # the clips' store holds the training clips first, in this order
+            if clip.path not in held and self.store.length(i) < self._clip_max:
+                held[clip.path] = (self.store, i)
         rest = [p for p in paths if p not in held]
         other = AudioStore(rest, progress=True, cache="auto") if rest else None
-        where = {p: (self.sentences, held[p]) for p in paths if p in held}
+        where = {p: held[p] for p in paths if p in held}
         where.update({p: (other, i) for i, p in enumerate(rest)})
         self.mined_clip = [where[m.path] for m in self.mined]  # (store, index) of each spot's recording
 
