@@ -234,9 +234,9 @@ class KwsTask(Task):
                              f"training speech of this recipe (e.g. {strange[0]}); mine with the same recipe "
                              "and sources (`edgessm mine RECIPE`)")  # fmt: skip
         # Mined recordings are keyword-free training speech, which the sentences' store and the clips' store
-        # (an _unknown_ clip it holds whole) hold decoded already: a list mined anew for each sitting then starts
-        # in seconds, not after decoding its recordings again (hundreds of compressed files: minutes). A new
-        # store takes the rest (e.g. a long clip the clips' store keeps only the loudest part of).
+        # (an _unknown_ clip it holds whole) hold decoded already: a list mined anew for each sitting adds no
+        # second decoded copy of them (and no cache of its own). A new store takes the rest (e.g. a long clip
+        # the clips' store keeps only the loudest part of).
         paths = sorted({m.path for m in self.mined})
         held: dict[str, tuple[AudioStore, int]] = {}
         for i, path in enumerate(self._sentence_paths):
