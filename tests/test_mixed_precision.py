@@ -64,7 +64,18 @@ def test_float32_input_is_untouched_by_the_island() -> None:
     assert layer(x.double()).dtype == torch.float64  # float64 checks keep their precision
 
 
-RECIPES = ["kws", "denoise", "asr", "asr_v4_gpu", "kws_es", "kws_es_v4", "kws_v5_rtf", "kws_v5_hades", "denoise_v3_df"]
+RECIPES = [
+    "kws",
+    "denoise",
+    "asr",
+    "asr_v4_gpu",
+    "kws_es",
+    "kws_es_v4",
+    "kws_v5_rtf",
+    "kws_v5_hades",
+    "denoise_v3_df",
+    "kws_v8",
+]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from edgessm.dsp import erb_expansion, erb_filterbank, rdft_matrices, sqrt_hann
 from edgessm.ssm import CentaurusBlock, Counts, ElasticBudget, Streamable
-from edgessm.ssm.stream import State
+from edgessm.ssm.stream import State, graph_form
 
 from .backbone import WAVEFORM_RATE, BlockOptions
 
@@ -159,14 +159,14 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         """Frames ``(B, m, n_fft)`` -> sqrt-Hann windowed spectra ``(B, m, 2 bins)`` (``[Re | Im]``).
 
         One matrix product in a graph (a live call, or an export); otherwise an FFT, ~15x fewer operations."""
-        if int(frames.shape[1]) == 1 or torch.onnx.is_in_onnx_export():
+        if graph_form(int(frames.shape[1])):
             return frames @ self.analysis
         z = torch.fft.rfft(frames.float() * self.window, dim=-1)
         return torch.cat([z.real, z.imag], dim=-1).to(frames.dtype)
 
     def _inverse_dft(self, spec: Tensor) -> Tensor:
         """Spectra ``(B, m, 2 bins)`` -> sqrt-Hann windowed frames ``(B, m, n_fft)``, as :meth:`_dft` chooses."""
-        if int(spec.shape[1]) == 1 or torch.onnx.is_in_onnx_export():
+        if graph_form(int(spec.shape[1])):
             return spec @ self.synthesis
         z = spec.float()
         frames = torch.fft.irfft(torch.complex(z[..., : self.bins], z[..., self.bins :]), n=self.n_fft, dim=-1)
@@ -294,7 +294,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         A graph gathers (one node); a longer input is reshaped in PyTorch, because a gather's gradient is a
         scatter-add, the slowest part of a training step's deep filter on a CPU. Per tap frame ``w`` (tap
         ``X_{t-k}``, ``k = K - 1 - w``) the ``[re | im]`` taps take ``d_re`` of their bins, then ``d_im``."""
-        if int(d.shape[1]) == 1 or torch.onnx.is_in_onnx_export():
+        if graph_form(int(d.shape[1])):
             return d[..., self.df_rows]
         b, m, f, k = int(d.shape[0]), int(d.shape[1]), self.df_bins, self.cfg.df_order
         per_tap = d.reshape(b, m, k, 2, 1, f).flip(2).expand(b, m, k, 2, 2, f)  # [tap w][re, im of d][X re, im][bin]

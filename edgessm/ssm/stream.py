@@ -115,6 +115,13 @@ class StreamSequential(Streamable):
         return total
 
 
+def graph_form(frames: int) -> bool:
+    """Whether a layer computes ``frames`` frames in the form its exported graph takes (while exporting, and
+    for a one-frame live call): few nodes, e.g. one MatMul for a DFT. Otherwise PyTorch may take a cheaper
+    form of the same numbers (an FFT, a reshape instead of a gather), as a training step does."""
+    return frames == 1 or torch.onnx.is_in_onnx_export()
+
+
 def _lcm_fraction(a: Fraction, b: Fraction) -> Fraction:
     import math
 
