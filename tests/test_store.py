@@ -19,7 +19,7 @@ def test_cache_is_reused_and_invalidated(tmp_path, monkeypatch) -> None:
         write_audio(tmp_path / f"{i}.wav", 0.1 * (i + 1) * np.ones(800 * (i + 1), np.float32), 16000)
         paths.append(str(tmp_path / f"{i}.wav"))
     first = AudioStore(paths, cache=True)
-    folders = list((tmp_path / "cache" / "stores").iterdir())
+    folders = [f for f in (tmp_path / "cache" / "stores").iterdir() if f.is_dir()]
     assert len(folders) == 1 and sorted(f.name for f in folders[0].iterdir()) == ["data.npy", "offsets.npy"]
 
     def no_decoding(*args, **kwargs):
@@ -33,3 +33,71 @@ def test_cache_is_reused_and_invalidated(tmp_path, monkeypatch) -> None:
     os.utime(tmp_path / "1.wav", ns=(1, 1))
     with pytest.raises(AssertionError, match="decoded again"):
         AudioStore(paths, cache=True)
+
+
+def _clips(folder, n: int = 3) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        write_audio(folder / f"{i}.wav", 0.1 * (i + 1) * np.ones(800 * (i + 1), np.float32), 16000)
+    return [str(folder / f"{i}.wav") for i in range(n)]
+
+
+def _no_decoding(*args, **kwargs):
+    raise AssertionError("decoded again")
+
+
+def test_cache_survives_new_modification_times_but_not_new_bytes(tmp_path, monkeypatch) -> None:
+    """A corpus copied or mounted again (same bytes, new times) keeps its store; the same sizes with other
+    bytes do not."""
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    paths = _clips(tmp_path / "clips")
+    first = AudioStore(paths, cache=True)
+    for p in paths:
+        os.utime(p, ns=(10**18, 10**18))  # touched, as a fresh copy of the corpus would be
+    monkeypatch.setattr(store_mod, "load_audio", _no_decoding)
+    again = AudioStore(paths, cache=True)
+    assert np.array_equal(again.data, first.data)
+    write_audio(paths[0], -0.1 * np.ones(800, np.float32), 16000)  # the same size, other samples
+    with pytest.raises(AssertionError, match="decoded again"):
+        AudioStore(paths, cache=True)
+
+
+def test_store_cached_by_modification_times_is_taken_over(tmp_path, monkeypatch) -> None:
+    """A store made before content keys is renamed to its content key, not decoded again."""
+    import hashlib
+
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    paths = _clips(tmp_path / "clips")
+    built = AudioStore(paths, cache=True)
+    stores = tmp_path / "cache" / "stores"
+    (folder,) = [f for f in stores.iterdir() if f.is_dir()]
+    h = hashlib.sha256(b"16000:0")
+    for p in paths:
+        st = os.stat(p)
+        h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    folder.rename(stores / h.hexdigest()[:24])  # where the old key put it
+    monkeypatch.setattr(store_mod, "load_audio", _no_decoding)
+    again = AudioStore(paths, cache=True)
+    assert np.array_equal(again.data, built.data)
+    assert [f.name for f in stores.iterdir() if f.is_dir()] == [folder.name]
+
+
+def test_making_a_store_removes_the_ones_unused_for_days(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGESSM_CACHE", str(tmp_path / "cache"))
+    stores = tmp_path / "cache" / "stores"
+    old, recent = _clips(tmp_path / "old"), _clips(tmp_path / "recent")
+    AudioStore(old, cache=True)
+    AudioStore(recent, cache=True)
+    folders = {f for f in stores.iterdir() if f.is_dir()}
+    assert len(folders) == 2
+    month_ago = 1e9 * (os.path.getmtime(stores) - 30 * 86400)
+    for f in folders:
+        os.utime(f, ns=(int(month_ago), int(month_ago)))
+    AudioStore(recent, cache=True)  # used again: its time renewed
+    AudioStore(_clips(tmp_path / "new"), cache=True)  # a new store: the one unused for a month goes
+    left = {f for f in stores.iterdir() if f.is_dir()}
+    assert len(left) == 2 and len(left & folders) == 1
+    monkeypatch.setattr(store_mod, "load_audio", _no_decoding)
+    AudioStore(recent, cache=True)  # the kept one is the recently used one
+    with pytest.raises(AssertionError, match="decoded again"):
+        AudioStore(old, cache=True)

@@ -2,10 +2,12 @@
 stored as int16 in one flat buffer (shared copy-on-write by data-loader workers).
 
 With ``cache=True`` the decoded buffer is also saved under ``<cache_dir>/stores/KEY/`` (two ``.npy`` files)
-keyed by the files' paths, sizes and modification times (and ``max_samples``), so a resumed or repeated run
-memory-maps it back at once instead of decoding tens of thousands of files again (58k Speech Commands clips:
+keyed by the files' paths, sizes and the digests of their bytes (and ``max_samples``), so a resumed or repeated
+run memory-maps it back at once instead of decoding tens of thousands of files again (58k Speech Commands clips:
 ~150 s on 2 cores); the pages are shared by every data-loader process and read only where an example touches
-them. A changed file changes the key."""
+them. A changed file changes the key; a corpus copied or mounted again (new modification times, the same bytes)
+keeps it (:class:`~edgessm.data.digests.FileDigests`: a file is hashed again only when its size or modification
+time changed). Every use renews a store's time; making a new store removes those unused for ``KEEP_DAYS``."""
 
 from __future__ import annotations
 
@@ -20,10 +22,13 @@ import numpy as np
 
 from . import pack
 from .audio import SAMPLE_RATE, load_audio
+from .digests import FileDigests
 
 # cache="auto": fewer files that are also smaller than this are decoded again (milliseconds)
 CACHE_MIN_FILES = 256
 CACHE_MIN_BYTES = 4 << 20
+#: a cached store nobody used for this many days is removed when a new one is made (it is only decoded again)
+KEEP_DAYS = 14
 
 
 def loudest_window(x: np.ndarray, length: int) -> np.ndarray:
@@ -54,6 +59,7 @@ class AudioStore:
         if cached is not None and (cached / "data.npy").is_file():
             self.offsets = np.load(cached / "offsets.npy")
             self.data = np.load(cached / "data.npy", mmap_mode="r")
+            _mark_used(cached)
             return
 
         pack.prefetch(paths)  # clips of a data pack: its shards decoded once, in parallel
@@ -76,6 +82,7 @@ class AudioStore:
         self.data = np.concatenate(arrays) if arrays else np.zeros(0, np.int16)
         if cached is not None:
             _save_cache(cached, self.offsets, self.data)
+            _remove_unused(cached.parent, keep=cached)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -103,15 +110,62 @@ class AudioStore:
         return x[start : start + length]
 
 
-def _cache_path(paths: Sequence[str], max_samples: int):
-    """Where the decoded buffer of ``paths`` is cached (a digest of every file's path, size and mtime)."""
+def _cache_path(paths: Sequence[str], max_samples: int) -> Path:
+    """Where the decoded buffer of ``paths`` is cached: a digest of every file's path, size and content.
+
+    A store made before content keys (the files' modification times in its key) is taken over when the files
+    still have those times, so it is not decoded again."""
     from .corpora import cache_dir
 
-    h = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}".encode())
+    stores = cache_dir() / "stores"
+    digests = FileDigests(stores / "digests.json")
+    h = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}:content".encode())
+    legacy = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}".encode())
+    shards: dict[str, str] = {}  # a pack's shard holds many clips: hashed once
     for p in paths:
-        st = os.stat(pack.file_of(p))  # a pack reference: its shard file
-        h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return cache_dir() / "stores" / h.hexdigest()[:24]
+        f = pack.file_of(p)  # a pack reference: its shard file
+        st = os.stat(f)
+        if f not in shards:
+            shards[f] = digests.of(f, st)
+        h.update(f"\n{os.path.abspath(p)}:{st.st_size}:{shards[f]}".encode())
+        legacy.update(f"\n{os.path.abspath(p)}:{st.st_size}:{st.st_mtime_ns}".encode())
+    digests.save()
+    folder, old = stores / h.hexdigest()[:24], stores / legacy.hexdigest()[:24]
+    if not (folder / "data.npy").is_file() and (old / "data.npy").is_file():
+        try:
+            os.replace(old, folder)
+        except OSError:  # another process took it over first, or a read-only cache: use it where it is
+            return folder if (folder / "data.npy").is_file() else old
+    return folder
+
+
+def _mark_used(folder: Path) -> None:
+    """Renew a store's time (its folder's modification time), which :func:`_remove_unused` reads."""
+    try:
+        os.utime(folder)
+    except OSError:
+        pass  # a read-only cache is never pruned either
+
+
+def _remove_unused(stores: Path, keep: Path, days: float = KEEP_DAYS) -> list[Path]:
+    """Remove the stores under ``stores`` not used for ``days`` (never ``keep``): the removed folders.
+
+    A process that still maps one keeps reading it (the file is unlinked, not its pages)."""
+    import shutil
+    import time
+
+    removed = []
+    limit = time.time() - days * 86400
+    for folder in stores.iterdir():
+        if folder == keep or not folder.is_dir() or not (folder / "data.npy").is_file():
+            continue
+        try:
+            if folder.stat().st_mtime < limit:
+                shutil.rmtree(folder)
+                removed.append(folder)
+        except OSError:
+            continue
+    return removed
 
 
 def _total_bytes(paths: Sequence[str]) -> int:
