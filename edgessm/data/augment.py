@@ -17,6 +17,7 @@ TOML file can fill through :func:`config_from_dict`. Noise sources live in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -492,14 +493,15 @@ def spec_mask(
         raise ValueError(f"n_fft ({n_fft}) must be a multiple of hop ({hop})")
     if t == 0 or (not time_spans and not freq_bands):
         return x.astype(np.float32, copy=True)
+    import scipy.fft
+
     half = n_fft // 2
     n_frames = _stft_frames(t, hop)
-    total = (n_frames - 1) * hop + n_fft
-    xp = np.zeros(total)
+    win, inverse_wss = _stft_windows(t, n_fft, hop)
+    xp = np.zeros((n_frames - 1) * hop + n_fft, np.float32)
     xp[half : half + t] = x
-    win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
     frames = np.lib.stride_tricks.sliding_window_view(xp, n_fft)[::hop] * win
-    spec = np.fft.rfft(frames, axis=-1)
+    spec = scipy.fft.rfft(frames, axis=-1)  # float32 in, complex64 out (numpy's would be float64)
     starts = np.arange(n_frames) * hop - half  # first sample of each frame, in x's coordinates
     for a, b in time_spans:
         if b > a:  # the window is non-zero on samples start+1 .. start+n_fft-1
@@ -507,11 +509,18 @@ def spec_mask(
     freqs = np.fft.rfftfreq(n_fft, 1 / sr)
     for lo, hi in freq_bands:
         spec[:, (freqs >= lo) & (freqs <= hi)] = 0
-    out = np.fft.irfft(spec, n=n_fft, axis=-1) * win
-    y = _overlap_add(out, hop)
-    wss = _overlap_add(np.broadcast_to(win**2, out.shape), hop)
-    y = y[half : half + t] / np.maximum(wss[half : half + t], 1e-12)
-    return y.astype(np.float32)
+    out = scipy.fft.irfft(spec, n=n_fft, axis=-1) * win
+    return (_overlap_add(out, hop)[half : half + t] * inverse_wss).astype(np.float32, copy=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _stft_windows(t: int, n_fft: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+    """The periodic Hann window ``(n_fft,)`` of :func:`spec_mask` and ``1 / Σ window²`` over the ``t`` output
+    samples ``(t,)`` (the weighted overlap-add's normalisation), float32; the same for every example of a length."""
+    win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    half, n_frames = n_fft // 2, _stft_frames(t, hop)
+    wss = _overlap_add(np.broadcast_to(win**2, (n_frames, n_fft)), hop)[half : half + t]
+    return win.astype(np.float32), (1.0 / np.maximum(wss, 1e-12)).astype(np.float32)
 
 
 def _overlap_add(frames: np.ndarray, hop: int) -> np.ndarray:
@@ -519,7 +528,7 @@ def _overlap_add(frames: np.ndarray, hop: int) -> np.ndarray:
     ``hop``, so the sum is ``n / hop`` shifted block additions (no loop over frames)."""
     n_frames, n = frames.shape
     r = n // hop
-    out = np.zeros((n_frames + r - 1, hop))
+    out = np.zeros((n_frames + r - 1, hop), frames.dtype)
     blocks = frames.reshape(n_frames, r, hop)
     for j in range(r):
         out[j : j + n_frames] += blocks[:, j]
