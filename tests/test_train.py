@@ -772,7 +772,14 @@ def test_cli_reports_a_missing_folder(tmp_path: Path) -> None:
         main(["train", str(cfg), "--out", str(tmp_path / "r"), "--device", "cpu", "--no-progress"])
 
 
-@pytest.mark.parametrize("name", ["kws", "kws_v1", "kws_es", "kws_es_v3", "denoise", "denoise_hourglass", "asr"])
+RECIPES = sorted(p.stem for p in (Path(__file__).parents[1] / "edgessm" / "train" / "configs").glob("*.toml"))
+
+
+def test_the_recipe_list_finds_the_shipped_recipes() -> None:
+    assert {"kws", "kws_v8", "denoise", "denoise_v4", "asr", "asr_v5"} <= set(RECIPES)
+
+
+@pytest.mark.parametrize("name", RECIPES)
 def test_shipped_recipes_are_valid(name: str) -> None:
     from edgessm.data import augment
     from edgessm.data.corpora import shared_data_dir
