@@ -679,3 +679,55 @@ def test_augmentation_draws_its_music_from_the_bank_when_given_one(monkeypatch) 
     aug = augment.build_clip_augment({"noise_prob": 1.0, "noise": {"music": 1.0, "colored": 0.0}}, music=bank)
     y = aug(np.zeros(8000, np.float32), np.random.default_rng(0))
     assert y.shape == (8000,) and np.abs(y).max() > 0
+
+
+def test_mu_law_quantises_to_256_levels_and_keeps_quiet_detail() -> None:
+    from edgessm.data.augment import mu_law
+
+    x = np.linspace(-0.5, 0.5, 20001, dtype=np.float32)
+    y = mu_law(x)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    assert len(np.unique(y)) <= 255 and np.isclose(np.abs(y).max(), 0.5, rtol=1e-5)
+    quiet, loud = np.abs(x) < 0.005, np.abs(x) > 0.4
+    assert np.abs(y - x)[quiet].max() < 3e-4 < 3e-3 < np.abs(y - x)[loud].max() < 0.02  # finer steps near zero
+    assert np.array_equal(mu_law(np.zeros(5)), np.zeros(5, np.float32))
+
+
+def test_a_narrow_channel_band_limits_the_noise_and_keeps_its_level() -> None:
+    from edgessm.data.augment import NoiseSourceConfig, draw_noise, random_narrow_channel
+
+    white = np.random.default_rng(0).standard_normal(32000).astype(np.float32) * 0.1
+    f = np.fft.rfftfreq(len(white), 1 / 16000)
+    for seed in range(8):
+        y = random_narrow_channel(white, np.random.default_rng(seed))
+        spec = np.abs(np.fft.rfft(y.astype(np.float64))) ** 2
+        assert spec[f > 7500].sum() < 1e-3 * spec[(f > 1000) & (f < 3000)].sum()
+        assert spec[f < 60].sum() < 1e-2 * spec[(f > 1000) & (f < 3000)].sum()
+        assert np.isclose(np.std(y), np.std(white), rtol=1e-2)
+    off, on = (
+        NoiseSourceConfig(bank=0, colored=1, babble=0),
+        NoiseSourceConfig(bank=0, colored=1, babble=0, channel_prob=1),
+    )
+    a = draw_noise(16000, np.random.default_rng(3), off)
+    b = draw_noise(16000, np.random.default_rng(3), NoiseSourceConfig(bank=0, colored=1, babble=0, channel_prob=0.0))
+    c = draw_noise(16000, np.random.default_rng(3), on)
+    assert np.array_equal(a, b)  # off draws nothing: recipes without it keep their exact noise
+    assert not np.allclose(a, c) and np.isclose(np.std(a), np.std(c), rtol=1e-2)
+
+
+def test_denoise_pairs_through_a_narrow_channel_band_limit_the_target_too() -> None:
+    from edgessm.data.augment import DenoiseAugment, DenoiseAugmentConfig, NoiseSourceConfig
+
+    clean = np.random.default_rng(0).standard_normal(32000).astype(np.float32) * 0.05
+    noise = NoiseSourceConfig(bank=0, colored=1, babble=0)
+    plain = DenoiseAugmentConfig(noise=noise, mask_prob=0.0, reverb_prob=0.0)
+    phone = DenoiseAugmentConfig(noise=noise, mask_prob=0.0, reverb_prob=0.0, channel_prob=1.0)
+    a = DenoiseAugment(plain)(clean, np.random.default_rng(1))
+    b = DenoiseAugment(DenoiseAugmentConfig(noise=noise, mask_prob=0.0, reverb_prob=0.0, channel_prob=0.0))(
+        clean, np.random.default_rng(1)
+    )
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))  # off: the same pairs as before
+    _, target = DenoiseAugment(phone)(clean, np.random.default_rng(1))
+    f = np.fft.rfftfreq(len(target), 1 / 16000)
+    spec = np.abs(np.fft.rfft(target.astype(np.float64))) ** 2
+    assert spec[f > 7500].sum() < 1e-3 * spec[(f > 1000) & (f < 3000)].sum()

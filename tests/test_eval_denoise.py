@@ -250,3 +250,36 @@ def test_oracle_system_applies_the_ideal_mask_time_aligned() -> None:
     assert min(residual.values()) < 0.1 * float(np.mean((noisy - c) ** 2))
     with pytest.raises(KeyError):
         denoise.oracle_system([m])(noisy[::-1].copy())  # it only knows its own mixtures
+
+
+def test_phone_music_mixtures_carry_the_music_tracks_through_a_phone_line(shared, monkeypatch) -> None:
+    """``music-phone`` mixes the same kind of track as ``music``, band-limited to the phone band; a run without
+    it draws the music exactly as before."""
+    from edgessm.data.augment import phone_line
+
+    tracks = [np.random.default_rng(k).standard_normal(40000).astype(np.float32) for k in range(40)]
+    asked = []
+
+    def split_music(mixtures, rng, split, n_kinds):
+        asked.append((mixtures, n_kinds))
+        return list(tracks)
+
+    monkeypatch.setattr(denoise, "_split_music", split_music)
+    denoise.mixtures("validation", per_speaker=1, seed=3, kinds=["music", "white"])
+    n = len(denoise.speakers_of("validation"))
+    assert asked == [(n, 2)]  # as many tracks as before the phone kind existed
+    mixed = denoise.mixtures("validation", per_speaker=1, seed=3, kinds=["music-phone", "white"])
+    phone = [m for m in mixed if m.noise == "music-phone"]
+    assert phone and asked[-1] == (n, 2)
+    for m in phone:
+        noise = (m.noisy - m.clean).astype(np.float64)
+        spec = np.abs(np.fft.rfft(noise)) ** 2
+        f = np.fft.rfftfreq(len(noise), 1 / 16000)
+        assert spec[f > 5000].sum() < 1e-3 * spec[(f > 400) & (f < 3000)].sum()  # nothing above the phone band
+        assert spec[f < 100].sum() < 1e-2 * spec[(f > 400) & (f < 3000)].sum()
+    x = tracks[0]
+    y = phone_line(x)
+    assert y.shape == x.shape and y.dtype == np.float32
+    assert np.isclose(
+        np.sqrt(np.mean(y.astype(np.float64) ** 2)), np.sqrt(np.mean(x.astype(np.float64) ** 2)), rtol=1e-3
+    )

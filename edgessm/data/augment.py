@@ -352,6 +352,43 @@ def band_limit(
     return _rms_match(y, x) if keep_level else y.astype(np.float32)
 
 
+def mu_law(x: np.ndarray, bits: int = 8, mu: float = 255.0) -> np.ndarray:
+    """``x (..., T)`` through ``bits``-bit μ-law companding and back (G.711's curve), full scale at its peak:
+    quiet passages keep their detail, loud ones carry coarse steps, as a digital phone line does. float32."""
+    x = np.asarray(x, np.float64)
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    if peak <= 0.0:
+        return x.astype(np.float32)
+    steps = 2 ** (bits - 1) - 1
+    u = np.sign(x) * np.log1p(mu * np.abs(x) / peak) / np.log1p(mu)
+    q = np.round(u * steps) / steps
+    return (np.sign(q) * np.expm1(np.abs(q) * np.log1p(mu)) / mu * peak).astype(np.float32)
+
+
+def phone_line(
+    x: np.ndarray, low_hz: float = 300.0, high_hz: float = 3400.0, companding: bool = True, sr: int = SAMPLE_RATE
+) -> np.ndarray:
+    """``x (..., T)`` as a narrowband phone line passes it: band-limited to ``low_hz``-``high_hz`` (4th-order
+    Butterworth each side), then 8-bit μ-law (:func:`mu_law`) with its quantization noise kept below 4 kHz, as an
+    8 kHz line's is. Hold music over a call sounds like this. The input's RMS level is kept. float32."""
+    y = band_limit(x, lowpass_hz=high_hz, highpass_hz=low_hz, sr=sr, keep_level=False)
+    if companding:
+        y = band_limit(mu_law(y), lowpass_hz=min(4000.0, 0.45 * sr), sr=sr, keep_level=False)
+    return _rms_match(y, np.asarray(x, np.float64))
+
+
+def random_narrow_channel(x: np.ndarray, rng: np.random.Generator, sr: int = SAMPLE_RATE) -> np.ndarray:
+    """``x (T,)`` through a random narrow channel: half the draws a phone line (:func:`phone_line`, 200-400 Hz to
+    3.2-3.6 kHz, μ-law on half of them), the other half a small loudspeaker (a radio, a TV, a laptop: 200-800 Hz
+    to 3.5-7 kHz). For noise: music and voices heard through a phone or a speaker in the room are band-limited,
+    where the recorded corpora are full band. Keeps the RMS level; float32."""
+    if rng.random() < 0.5:
+        low, high = float(rng.uniform(200.0, 400.0)), float(rng.uniform(3200.0, 3600.0))
+        return phone_line(x, low, high, companding=bool(rng.random() < 0.5), sr=sr)
+    low, high = float(rng.uniform(200.0, 800.0)), float(rng.uniform(3500.0, min(7000.0, 0.45 * sr)))
+    return band_limit(x, lowpass_hz=high, highpass_hz=low, sr=sr)
+
+
 def butterworth_sos(order: int, cutoff_hz: float, kind: str = "lowpass", sr: int = SAMPLE_RATE) -> np.ndarray:
     """Digital Butterworth low- or high-pass as second-order sections ``(ceil(order / 2), 6)``, the
     filter ``scipy.signal.butter(order, cutoff_hz, kind, fs=sr, output="sos")`` designs, in closed form
@@ -629,6 +666,9 @@ class NoiseSourceConfig:
     speed_factors: tuple[float, float] = (0.7, 1.4)
     eq_prob: float = 0.0
     pair_prob: float = 0.0
+    # the drawn noise through a narrow channel (random_narrow_channel): a phone line or a small loudspeaker,
+    # as hold music over a call or a radio in the room reach a microphone
+    channel_prob: float = 0.0
 
 
 @dataclass
@@ -679,6 +719,9 @@ class DenoiseAugmentConfig:
     early_s: float = 0.05
     mask_prob: float = 1.0
     mask: SpecMaskConfig = field(default_factory=SpecMaskConfig)
+    # the speech itself through a narrow channel (random_narrow_channel; the target too: a phone call's band
+    # cannot be restored), so that band-limited sound is not by itself a sign of noise (draws only when > 0)
+    channel_prob: float = 0.0
 
 
 def draw_noise(
@@ -690,7 +733,7 @@ def draw_noise(
     music: Callable[[int, np.random.Generator], np.ndarray] | None = None,
 ) -> np.ndarray:
     """One ``(length,)`` float32 noise from a source picked by weight among those available, perturbed
-    as ``config`` says (speed, EQ, a second noise summed in). ``music``: ``(length, rng) -> clip`` for
+    as ``config`` says (speed, EQ, a second noise summed in, a narrow channel). ``music``: ``(length, rng) -> clip`` for
     the music kind (e.g. a :class:`~edgessm.data.noise.MusicBank`; default: rendered anew)."""
     noise = _perturbed_noise(length, rng, config, noise_bank, babble_speech, music)
     if config.pair_prob and rng.random() < config.pair_prob:
@@ -699,6 +742,8 @@ def draw_noise(
         noise = noise / (np.sqrt(_power(noise)) + 1e-6) + rel * other / (np.sqrt(_power(other)) + 1e-6)
     if config.eq_prob and rng.random() < config.eq_prob:
         noise = random_mic_response(noise, rng)
+    if config.channel_prob and rng.random() < config.channel_prob:
+        noise = random_narrow_channel(noise, rng)
     return np.asarray(noise, np.float32)
 
 
@@ -844,10 +889,11 @@ def _uniform(bounds: tuple[float, float], u: float) -> float:
 class DenoiseAugment:
     """``(clean (T,), rng) -> (noisy, target)`` float32 pairs for denoising (see :class:`DenoiseAugmentConfig`).
 
-    Steps: optional reverb on the clean speech (the target follows ``reverb_target``), a noise
-    from the sources, :func:`mix_for_denoising` (SNR and level per App. E.2, clip-safe), then
-    masking of the noisy input only. Pass ``noise=`` to a call (or use :meth:`mix`) to use a given
-    noise clip instead of the sources. ``rir_bank=None`` uses the bank ``config.rirs`` names, if any.
+    Steps: optionally the clean speech through a narrow channel (``channel_prob``; the target follows),
+    optional reverb on it (the target follows ``reverb_target``), a noise from the sources,
+    :func:`mix_for_denoising` (SNR and level per App. E.2, clip-safe), then masking of the noisy input
+    only. Pass ``noise=`` to a call (or use :meth:`mix`) to use a given noise clip instead of the
+    sources. ``rir_bank=None`` uses the bank ``config.rirs`` names, if any.
     """
 
     def __init__(
@@ -870,6 +916,8 @@ class DenoiseAugment:
     ) -> tuple[np.ndarray, np.ndarray]:
         cfg = self.config
         speech = np.asarray(_mono(clean, "clean"), np.float32)
+        if cfg.channel_prob and rng.random() < cfg.channel_prob:
+            speech = random_narrow_channel(speech, rng, self.sr)
         target = speech
         if self.rir_bank is not None and rng.random() < cfg.reverb_prob:
             reverberant, early = self.rir_bank.apply_pair(speech, rng, cfg.early_s)

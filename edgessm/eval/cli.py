@@ -93,7 +93,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--noise-kinds", metavar="K1,K2",
                     help="denoisers: the noise kinds of the mixtures (default the seven of every report: "
                          "dude_miaowing,running_tap,babble,music,hum,pink,white; also everyday: recorded everyday "
-                         "sound of the ambience packages' held-out recordings, make ambience)")  # fmt: skip
+                         "sound of the ambience packages' held-out recordings, make ambience; music-phone: the music "
+                         "through a phone line, 300-3400 Hz and 8-bit mu-law)")  # fmt: skip
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: also score ours with beam search over this word model (edgessm lm; "
                          "default and 'auto': the one the model ships, as transcribe decodes files; 'none': greedy "

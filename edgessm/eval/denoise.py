@@ -15,7 +15,9 @@ pauses into one ~10 s recording, mixed at a fixed level with noises the model ne
 - ``pink`` and ``white``: Gaussian noise with a 1/f and a flat spectrum;
 - ``everyday`` (not in the default set, ``kinds=``): recorded everyday sound of the ambience packages' test
   recordings (``edgessm.data.ambience``, split by recording; ``make ambience`` installs them): wind, rain,
-  water, traffic, machines, footsteps, doors, joined into a soundscape of the mixture's length.
+  water, traffic, machines, footsteps, doors, joined into a soundscape of the mixture's length;
+- ``music-phone`` (not in the default set): the ``music`` tracks as a phone line carries them
+  (:func:`~edgessm.data.augment.phone_line`: 300-3400 Hz and 8-bit μ-law), the way hold music reaches a call.
 
 Noise kind and SNR (-5, 0, 5, 10, 15 dB) cycle together over the mixtures, so every (noise, SNR)
 pair is covered evenly. Metrics (:func:`score`): wideband PESQ, STOI, SI-SDR and its improvement,
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgessm.data.audio import SAMPLE_RATE, load_audio
+from edgessm.data.augment import phone_line
 from edgessm.data.corpora import shared_noises, shared_read_speech
 from edgessm.data.manifest import Clip, assign_split
 from edgessm.data.noise import babble, colored_noise, hum_clicks, music_like
@@ -40,7 +43,7 @@ from .metrics import si_sdr
 
 NOISE_KINDS = ("dude_miaowing", "running_tap", "babble", "music", "hum", "pink", "white")
 #: Kinds a run may add to (or put in place of) the default set: every earlier report used NOISE_KINDS alone.
-EXTRA_KINDS = ("everyday",)
+EXTRA_KINDS = ("everyday", "music-phone")
 SNRS_DB = (-5.0, 0.0, 5.0, 10.0, 15.0)
 METRICS = ("pesq", "stoi", "si_sdr", "si_sdr_i", "dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl")
 
@@ -212,7 +215,8 @@ def mixtures(
     rng = np.random.default_rng(seed)
     tap = _real_noise("running_tap")  # the test-only recording is never read outside the test:
     real = {"dude_miaowing": _real_noise("dude_miaowing") if split == "test" else tap, "running_tap": tap}
-    music = _split_music(len(speakers) * per_speaker, rng, split, len(kinds)) if "music" in kinds else []
+    n_music = sum(k in ("music", "music-phone") for k in kinds)  # one list, so a run with "music" alone is as before
+    music = _split_music(len(speakers) * per_speaker * n_music, rng, split, len(kinds)) if n_music else []
     clean_of = {s: _join(clips, max_s) for s, clips in speakers.items()}
     out: list[Mixture] = []
     k = 0
@@ -228,6 +232,8 @@ def mixtures(
                 noise = babble(others, n, rng)
             elif kind == "music":
                 noise = _crop(music.pop(0), n, rng) if music else music_like(n, rng)
+            elif kind == "music-phone":  # recorded music as a phone line carries it (hold music)
+                noise = phone_line(_crop(music.pop(0), n, rng) if music else music_like(n, rng))
             elif kind in ("pink", "white"):
                 noise = colored_noise(n, rng, kind)
             elif kind == "everyday":

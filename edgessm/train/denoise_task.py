@@ -156,8 +156,9 @@ class DenoiseTask(Task):
             babble_speech=self._babble_speech(len(train)),
             music=self._recorded_music(),
         )
-        # validation pairs: the held-out noise recording, the same SNR/level mixing, no masking or reverb
-        self.mix_val = build_denoise_mixer({**self.cfg.augment, "mask_prob": 0.0, "reverb_prob": 0.0})
+        # validation pairs: the held-out noise recording, the same SNR/level mixing, no masking, reverb or channel
+        plain = {"mask_prob": 0.0, "reverb_prob": 0.0, "channel_prob": 0.0}
+        self.mix_val = build_denoise_mixer({**self.cfg.augment, **plain})
         self._prepared = True
 
     def takes_as_clean(self, clip: Clip) -> bool:
