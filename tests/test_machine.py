@@ -139,6 +139,8 @@ def test_a_run_says_where_it_stands(sc_folder: Path, tmp_path: Path, capsys) -> 
     assert "done" in table and "6/6" in table
     assert main(["runs", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[str(out)]["state"] == "done"
+    assert main(["runs", str(tmp_path)]) == 0  # a folder of runs: the runs in it
+    assert str(out) in capsys.readouterr().out
 
 
 def test_runs_says_when_a_folder_holds_no_run(tmp_path: Path, capsys) -> None:

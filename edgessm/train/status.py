@@ -92,12 +92,21 @@ def summary(run: str | Path, st: RunStatus) -> dict[str, str]:
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("runs", nargs="*", help="run folders (default: every folder under ./runs that holds a run)")
+    default = "default: every folder under ./runs that holds a run"
+    ap.add_argument("runs", nargs="*", help=f"run folders, or folders of runs ({default})")
     ap.add_argument("--json", action="store_true", help="print the statuses as JSON")
 
 
+def runs_in(folder: Path) -> list[Path]:
+    """``folder`` itself if it is a run folder, else the run folders directly in it (``[folder]`` when it holds
+    none, so that :meth:`RunStatus.load` says what is missing)."""
+    if (folder.expanduser() / STATUS).is_file():
+        return [folder]
+    return sorted(p.parent for p in folder.expanduser().glob(f"*/{STATUS}")) or [folder]
+
+
 def run(args: argparse.Namespace) -> int:
-    folders = [Path(r) for r in args.runs]
+    folders = [run for r in args.runs for run in runs_in(Path(r))]
     if not folders:
         folders = sorted(p.parent for p in Path("runs").glob(f"*/{STATUS}"))
         if not folders:
