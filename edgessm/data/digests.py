@@ -7,13 +7,14 @@ by the bytes instead, and reads a file only when its size or modification time d
 remembers, so an unchanged corpus costs one ``stat`` per file, and a copied one one read of each file (hashing
 runs at disk speed, far faster than decoding audio).
 
-The index is one JSON file (``{path: [size, mtime_ns, digest]}``), written atomically; two processes that
-update it at once keep
-what the other wrote before them (a digest lost to a race is only computed again).
+The index is one JSON file (``{path: [size, mtime_ns, digest]}``), read once per process (:func:`index_at`) and
+written atomically; a write keeps what other processes wrote before it (a digest lost to a race is only computed
+again).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -79,3 +80,10 @@ class FileDigests:
             self._changed = False
         except OSError:
             Path(tmp).unlink(missing_ok=True)  # a read-only or full cache: the digests are read again next time
+
+
+@functools.lru_cache(maxsize=4)
+def index_at(index: Path) -> FileDigests:
+    """The process's one :class:`FileDigests` of ``index``: a training set's stores share it, so the index is read
+    once, not once per store."""
+    return FileDigests(index)

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import pack
 from .audio import SAMPLE_RATE, load_audio
-from .digests import FileDigests
+from .digests import index_at
 
 # cache="auto": fewer files that are also smaller than this are decoded again (milliseconds)
 CACHE_MIN_FILES = 256
@@ -118,7 +118,7 @@ def _cache_path(paths: Sequence[str], max_samples: int) -> Path:
     from .corpora import cache_dir
 
     stores = cache_dir() / "stores"
-    digests = FileDigests(stores / "digests.json")
+    digests = index_at(stores / "digests.json")
     h = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}:content".encode())
     legacy = hashlib.sha256(f"{SAMPLE_RATE}:{max_samples}".encode())
     shards: dict[str, str] = {}  # a pack's shard holds many clips: hashed once

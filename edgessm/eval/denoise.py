@@ -230,10 +230,10 @@ def mixtures(
                 noise = _crop(real[kind], n, rng)
             elif kind == "babble":
                 noise = babble(others, n, rng)
-            elif kind == "music":
+            elif kind in ("music", "music-phone"):
                 noise = _crop(music.pop(0), n, rng) if music else music_like(n, rng)
-            elif kind == "music-phone":  # recorded music as a phone line carries it (hold music)
-                noise = phone_line(_crop(music.pop(0), n, rng) if music else music_like(n, rng))
+                if kind == "music-phone":  # as a phone line carries it (hold music)
+                    noise = phone_line(noise)
             elif kind in ("pink", "white"):
                 noise = colored_noise(n, rng, kind)
             elif kind == "everyday":

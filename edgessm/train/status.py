@@ -98,17 +98,17 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def runs_in(folder: Path) -> list[Path]:
-    """``folder`` itself if it is a run folder, else the run folders directly in it (``[folder]`` when it holds
-    none, so that :meth:`RunStatus.load` says what is missing)."""
+    """``[folder]`` if it is a run folder, else the run folders directly in it (none: ``[]``)."""
     if (folder.expanduser() / STATUS).is_file():
         return [folder]
-    return sorted(p.parent for p in folder.expanduser().glob(f"*/{STATUS}")) or [folder]
+    return sorted(p.parent for p in folder.expanduser().glob(f"*/{STATUS}"))
 
 
 def run(args: argparse.Namespace) -> int:
-    folders = [run for r in args.runs for run in runs_in(Path(r))]
-    if not folders:
-        folders = sorted(p.parent for p in Path("runs").glob(f"*/{STATUS}"))
+    # a named folder that holds no run stays in the list: loading it says what is missing
+    folders = [f for r in args.runs for f in runs_in(Path(r)) or [Path(r)]]
+    if not args.runs:
+        folders = runs_in(Path("runs"))
         if not folders:
             print("no runs under ./runs (name run folders: edgessm runs FOLDER ...)")
             return 1
