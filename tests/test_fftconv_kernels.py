@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from edgessm.ssm import kernels
+from edgessm.ssm.blocks import BottleneckSSM, PointwiseBottleneckSSM, set_ssm_plan
 from edgessm.ssm.fftconv import (
     PLANS,
     Plan,
@@ -17,6 +18,7 @@ from edgessm.ssm.fftconv import (
     cheapest_plan,
     fft_size,
     plan_bottleneck,
+    rfft,
 )
 from edgessm.ssm.kernels import modal_kernel, modal_kernel_reference
 
@@ -266,3 +268,37 @@ def test_bench_fftconv_cpu_row_times_both_orders_and_checks_they_agree() -> None
     row = bench.run_case("batch", shape, repeats=1, scan=True)
     assert row.chosen_ms > 0 and row.naive_ms > 0 and row.scan_ms > 0 and row.flop_ratio > 0
     assert row.measured_ms is None and row.kernels is None  # the GPU columns stay empty on a CPU
+
+
+@pytest.mark.parametrize("length,n", [(5, 8), (5, 9), (7, 7), (6, 16), (150, 300), (151, 375)])
+def test_rfft_gradient_is_torchs(length: int, n: int) -> None:
+    """The real FFT's cheaper backward (one inverse real FFT) gives PyTorch's gradient, even and odd sizes,
+    zero-padded input, both parts of the output used."""
+    x = torch.randn(3, 4, length, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(3, 4, n // 2 + 1, dtype=torch.complex128)
+
+    def loss(f) -> torch.Tensor:
+        y = f(x)
+        return (y * g).real.sum() + (y * g.conj()).imag.sum()
+
+    assert rfft(x, n).grad_fn is not None and "RealFFT" in type(rfft(x, n).grad_fn).__name__
+    (ours,) = torch.autograd.grad(loss(lambda t: rfft(t, n)), x)
+    (theirs,) = torch.autograd.grad(loss(lambda t: torch.fft.rfft(t, n=n)), x)
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda t: rfft(t, n), (x,))
+
+
+def test_cpu_auto_plan_is_the_flop_models() -> None:
+    """On a CPU ``auto`` follows the FLOP model with the FFTs counted: with more states than inputs it
+    projects in time where the paper's rule projects in frequency; ``rule`` keeps the paper's choice, and
+    every plan gives the same output."""
+    block = PointwiseBottleneckSSM(64, 128, 128)
+    assert block.choose_plan(48, 150) == cheapest_plan(48, 64, 128, 128, 150) == Plan("natural", "time")
+    assert plan_bottleneck(48, 64, 128, 128) == Plan("natural", "freq")
+    u = torch.randn(2, 64, 50)
+    y_auto = block(u)
+    assert set_ssm_plan(torch.nn.Sequential(block, BottleneckSSM(128, 8, 4)), "rule") == 2
+    assert block.choose_plan(48, 150) == Plan("natural", "freq")
+    torch.testing.assert_close(block(u), y_auto, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match=r"train\.ssm_plan must be one of .*natural-time.*got 'fastest'"):
+        set_ssm_plan(block, "fastest")

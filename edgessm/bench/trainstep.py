@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from edgessm.ssm.blocks import set_ssm_plan
 from edgessm.ssm.filterbank import set_front_plan
 from edgessm.train.allocator import keep_freed_memory
 from edgessm.train.config import compile_mode, load_config
@@ -72,6 +73,7 @@ def _row(recipe: str, overrides: list[str], label: str, batch: int | None, secon
         net = task.build_model()
         freeze(net, list(cfg.train.freeze))  # a row with train.freeze=[front] times a fine-tune's step
         set_front_plan(net, cfg.train.front_plan)  # a row with train.front_plan=chunked times the chunked front
+        set_ssm_plan(net, cfg.train.ssm_plan)  # a row with train.ssm_plan=rule times the paper's contraction rule
     except (ValueError, TypeError, KeyError, FileNotFoundError) as e:
         raise SystemExit(f"trainstep: {label}: {e}") from None
     samples = example_samples(cfg, net, seconds)

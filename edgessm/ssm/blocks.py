@@ -449,23 +449,29 @@ class _ProjectedSSM(SSMLayer):
 
     def choose_plan(self, batch: int, length: int, device: torch.device | None = None) -> Plan:
         """The contraction order ``forward`` uses for this input (see :mod:`.fftconv`): ``auto`` is the
-        paper's rule on a CPU and the fastest order measured once per shape on a GPU; ``measure`` measures
-        on any device; ``flops`` is the explicit FLOP model; or a plan's name."""
+        FLOP model with the FFTs counted on a CPU and the fastest order measured once per shape on a GPU;
+        ``measure`` measures on any device; ``flops`` is the FLOP model anywhere; ``rule`` the paper's rule
+        (App. B, Listing 1); or a plan's name.
+
+        On a CPU the FLOP model and the measurement agree where the rule does not: with more states than
+        inputs the rule projects in frequency (complex arithmetic, 4x the real FLOPs), which made kws_v8's
+        training step 8% slower (``python -m edgessm.bench trainstep kws_v8 --seconds 3 --vs
+        train.ssm_plan=rule``)."""
         if isinstance(self.plan, Plan):
             return self.plan
         device = device or self.B.device
         if self.plan == "measure" or (self.plan == "auto" and device.type == "cuda"):
             return measured_plan(batch, self.h_in, self.h_out, self.n_states, length,
                                  self.modes.live_length(length), device, backward=torch.is_grad_enabled())  # fmt: skip
-        if self.plan == "auto":
+        if self.plan == "rule":
             return plan_bottleneck(batch, self.h_in, self.h_out, self.n_states)
-        if self.plan == "flops":
+        if self.plan in ("auto", "flops"):
             return cheapest_plan(batch, self.h_in, self.h_out, self.n_states, length)
         for p in (*PLANS, UNFUSED):
             if p.name == self.plan:
                 return p
         names = [p.name for p in (*PLANS, UNFUSED)]
-        raise ValueError(f"unknown plan {self.plan!r}; use 'auto', 'measure', 'flops' or one of {names}")
+        raise ValueError(f"unknown plan {self.plan!r}; use 'auto', 'measure', 'flops', 'rule' or one of {names}")
 
     @float32_island
     def forward(self, u: Tensor) -> Tensor:
@@ -491,6 +497,19 @@ class _ProjectedSSM(SSMLayer):
         (x,) = state  # (B, N, 2M)
         y, x = self._scan(x, c["b_bar"] @ u, c)  # driven by u'_n = B̄_ni u_i
         return c["c"] @ y, [x]
+
+
+def set_ssm_plan(model: nn.Module, plan: str) -> int:
+    """Give every bottleneck block in ``model`` the contraction ``plan`` (``auto``, ``measure``, ``flops``,
+    ``rule`` or a plan's name: :meth:`_ProjectedSSM.choose_plan`); returns how many blocks there are. The
+    same numbers on every plan, to rounding."""
+    names = {"auto", "measure", "flops", "rule", *(p.name for p in (*PLANS, UNFUSED))}
+    if plan not in names:
+        raise ValueError(f"train.ssm_plan must be one of {', '.join(sorted(names))}, got {plan!r}")
+    blocks = [m for m in model.modules() if isinstance(m, _ProjectedSSM)]
+    for block in blocks:
+        block.plan = plan
+    return len(blocks)
 
 
 class PointwiseBottleneckSSM(_ProjectedSSM):

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .distill import DEFAULT_TOL, LDSBank, distill_hankel
-from .fftconv import fft_size
+from .fftconv import fft_size, rfft
 from .hankel import HankelBasis, hankel_basis
 from .precision import float32_island
 from .stream import Counts, State, Streamable
@@ -308,7 +308,7 @@ class ElasticSpectralSSM(Streamable):
             return y
         kn = n if self.mode == "lds" else min(n, self.length)
         n_fft = fft_size(n + kn - 1)
-        uf = torch.fft.rfft(x, n=n_fft)  # one rFFT of u
+        uf = rfft(x, n_fft)  # one rFFT of u
         kf = self._kernel_fft(kn, n_fft, x)  # (K̄, F), fixed filters: computed once per size
         for k0 in range(0, k, self.k_block):
             k1 = min(k, k0 + self.k_block)

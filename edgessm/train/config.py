@@ -81,6 +81,9 @@ class RunConfig:
     # how a filterbank front computes its band energies (the same numbers): "fft", "chunked" (matrix products
     # inside 40-sample chunks, ~2x less memory traffic on a GPU; edgessm.ssm.filterbank) or "measure"
     front_plan: str = "fft"
+    # the contraction order of the bottleneck blocks (the same numbers): "auto" (the FLOP model on a CPU, the
+    # fastest measured on a GPU), "measure", "flops", "rule" (the paper's) or a plan's name (edgessm.ssm.fftconv)
+    ssm_plan: str = "auto"
     # parts of the network that keep their (initial) weights: module names, e.g. "backbone.layers.0", or
     # "front" for a filterbank front; a fine-tune with a frozen front trains ~2x faster on a CPU
     freeze: list[str] = field(default_factory=list)

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from edgessm.ssm.blocks import set_ssm_plan
 from edgessm.ssm.essm import essm_layers, sample_train_budget
 from edgessm.ssm.filterbank import set_front_plan
 from edgessm.ssm.hades import auxiliary_loss
@@ -278,6 +279,7 @@ class Trainer:
         self.task = task or build_task(cfg)
         self.model = self.task.build_model().to(self.device)
         set_front_plan(self.model, cfg.train.front_plan)
+        set_ssm_plan(self.model, cfg.train.ssm_plan)
         self.frozen = freeze(self.model, list(cfg.train.freeze))
         if self.frozen and not any(p.requires_grad for p in self.model.parameters()):
             raise ValueError(f"train.freeze {list(cfg.train.freeze)} leaves nothing to train")
