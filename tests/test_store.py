@@ -101,3 +101,20 @@ def test_making_a_store_removes_the_ones_unused_for_days(tmp_path, monkeypatch) 
     AudioStore(recent, cache=True)  # the kept one is the recently used one
     with pytest.raises(AssertionError, match="decoded again"):
         AudioStore(old, cache=True)
+
+
+def test_rms_is_the_whole_clips_and_computed_once(tmp_path, monkeypatch) -> None:
+    """``rms(i)`` is the level of all of clip ``i`` (what a crop is scaled by), the same float32 as computing it
+    from the clip, and a second call does not convert the clip again."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(2):
+        write_audio(tmp_path / f"{i}.wav", (0.05 * (i + 1) * rng.standard_normal(4000)).astype(np.float32), 16000)
+        paths.append(str(tmp_path / f"{i}.wav"))
+    store = AudioStore(paths)
+    for i in range(2):
+        x = store[i]
+        assert store.rms(i) == np.sqrt(np.mean(x**2)) and store.rms(i).dtype == np.float32
+        assert store.rms(i) != np.sqrt(np.mean(store.slice(i, 0, 100) ** 2))  # not a crop's level
+    monkeypatch.setattr(AudioStore, "__getitem__", _no_decoding)
+    assert store.rms(1) > store.rms(0) > 0

@@ -53,6 +53,7 @@ class AudioStore:
 
     def __init__(self, paths: Sequence[str], max_samples: int = 0, progress: bool = False, workers: int = 4,
                  cache: bool | str = False) -> None:  # fmt: skip
+        self._rms: dict[int, np.float32] = {}
         if cache == "auto":
             cache = len(paths) >= CACHE_MIN_FILES or _total_bytes(paths) >= CACHE_MIN_BYTES
         cached = _cache_path(paths, max_samples) if cache else None
@@ -89,6 +90,14 @@ class AudioStore:
 
     def __getitem__(self, i: int) -> np.ndarray:
         return self.data[self.offsets[i] : self.offsets[i + 1]].astype(np.float32) / 32767.0
+
+    def rms(self, i: int) -> np.float32:
+        """The root mean square of all of clip ``i``, ``np.sqrt(np.mean(store[i] ** 2))`` in float32, computed
+        once: a long clip that is only ever cropped is not converted whole again for its level."""
+        if i not in self._rms:
+            x = self[i]
+            self._rms[i] = np.sqrt(np.mean(x**2))
+        return self._rms[i]
 
     def length(self, i: int) -> int:
         return int(self.offsets[i + 1] - self.offsets[i])

@@ -89,8 +89,9 @@ class SpectrogramFront(Streamable):
         weights = (self.root * self.root).t()  # (bins, bands)
         if not graph_form(int(frames.shape[1])):
             # outside a graph an FFT: the same |X|² at ~1/10 of the DFT product's operations (a training step)
-            z = torch.view_as_real(torch.fft.rfft(frames * self.hann, dim=-1)[..., : self.bins])
-            return z.square().sum(-1) @ weights, history
+            z = torch.fft.rfft(frames * self.hann, dim=-1)[..., : self.bins]
+            # Re² + Im² as two strided squares: half the time of a sum over view_as_real's axis of 2
+            return (z.real.square() + z.imag.square()) @ weights, history
         spec = frames @ self.dft  # (B, F, 2 bins): [Re X | Im X]
         # |X|² Wᵀ = (Re X)² Wᵀ + (Im X)² Wᵀ: one product with the weights stacked twice (no slices, no add)
         return (spec * spec) @ torch.cat([weights, weights], dim=0), history

@@ -265,9 +265,11 @@ class KwsTask(Task):
             while pos < n:
                 if self.unknown_train and r.random() < 0.4:
                     x = self.store[self.unknown_train[int(r.integers(len(self.unknown_train)))]]
-                else:
-                    x = self.sentences[int(r.integers(len(self.sentences)))]
-                x = x[: n - pos] * 10 ** (r.uniform(-35, -15) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)
+                    rms = np.sqrt(np.mean(x**2))
+                else:  # a sentence at its whole level, only the part that fits converted
+                    i = int(r.integers(len(self.sentences)))
+                    x, rms = self.sentences.slice(i, 0, n - pos), self.sentences.rms(i)
+                x = x[: n - pos] * 10 ** (r.uniform(-35, -15) / 20) / (rms + 1e-6)
                 out[pos : pos + len(x)] = x
                 pos += len(x) + int(r.uniform(0.05, 0.8) * SAMPLE_RATE)
         elif kind == 1:
