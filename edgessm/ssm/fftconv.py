@@ -200,8 +200,14 @@ def bottleneck_flops(
 
 
 def cheapest_plan(batch: int, h_in: int, h_out: int, n: int, length: int) -> Plan:
-    """The plan with the fewest FLOPs under :func:`bottleneck_flops`."""
-    return min(PLANS, key=lambda p: bottleneck_flops(p, batch, h_in, h_out, n, length))
+    """The plan with the fewest FLOPs under :func:`bottleneck_flops` (a plain loop: ``torch.compile`` traces
+    it, where ``min(..., key=...)`` breaks the graph)."""
+    best, fewest = PLANS[0], math.inf
+    for plan in PLANS:
+        flops = bottleneck_flops(plan, batch, h_in, h_out, n, length)
+        if flops < fewest:
+            best, fewest = plan, flops
+    return best
 
 
 # (batch, h_in, h_out, n, length, kernel length, device, dtype, with backward) -> the fastest plan measured
