@@ -499,17 +499,23 @@ class _ProjectedSSM(SSMLayer):
         return c["c"] @ y, [x]
 
 
+def assign_plan(model: nn.Module, kind: type[nn.Module], plan: str, choices: list[str], setting: str) -> int:
+    """Set ``plan`` on every ``kind`` module of ``model`` after checking it is one of ``choices`` (the error names
+    the config ``setting``); returns how many modules there are."""
+    if plan not in choices:
+        raise ValueError(f"{setting} must be one of {', '.join(choices)}, got {plan!r}")
+    found = [m for m in model.modules() if isinstance(m, kind)]
+    for m in found:
+        m.plan = plan
+    return len(found)
+
+
 def set_ssm_plan(model: nn.Module, plan: str) -> int:
     """Give every bottleneck block in ``model`` the contraction ``plan`` (``auto``, ``measure``, ``flops``,
     ``rule`` or a plan's name: :meth:`_ProjectedSSM.choose_plan`); returns how many blocks there are. The
     same numbers on every plan, to rounding."""
-    names = {"auto", "measure", "flops", "rule", *(p.name for p in (*PLANS, UNFUSED))}
-    if plan not in names:
-        raise ValueError(f"train.ssm_plan must be one of {', '.join(sorted(names))}, got {plan!r}")
-    blocks = [m for m in model.modules() if isinstance(m, _ProjectedSSM)]
-    for block in blocks:
-        block.plan = plan
-    return len(blocks)
+    names = ["auto", "measure", "flops", "rule", *sorted(p.name for p in (*PLANS, UNFUSED))]
+    return assign_plan(model, _ProjectedSSM, plan, names, "train.ssm_plan")
 
 
 class PointwiseBottleneckSSM(_ProjectedSSM):

@@ -24,7 +24,7 @@ from fractions import Fraction
 import torch
 from torch import Tensor, nn
 
-from .blocks import FullSSM
+from .blocks import FullSSM, assign_plan
 from .discretize import powers
 from .fftconv import causal_conv, fft_size, median_seconds
 from .precision import float32_island, half_precision
@@ -203,12 +203,7 @@ MEASURED: dict[tuple, str] = {}  # the measured planner's choices, per shape and
 def set_front_plan(model: nn.Module, plan: str) -> int:
     """Give every :class:`FilterbankFront` in ``model`` the band-energy ``plan`` (one of :data:`FRONT_PLANS`);
     returns how many fronts there are."""
-    if plan not in FRONT_PLANS:
-        raise ValueError(f"train.front_plan must be one of {', '.join(FRONT_PLANS)}, got {plan!r}")
-    fronts = [m for m in model.modules() if isinstance(m, FilterbankFront)]
-    for front in fronts:
-        front.plan = plan
-    return len(fronts)
+    return assign_plan(model, FilterbankFront, plan, list(FRONT_PLANS), "train.front_plan")
 
 
 def chunk_samples(pool: int, fused: bool = False) -> int:
