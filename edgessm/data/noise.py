@@ -187,7 +187,9 @@ def hum_clicks(length: int, rng: np.random.Generator, sr: int = SAMPLE_RATE, lev
     for k in range(1, int(1000 // f0) + 1):
         amp = rng.uniform(0.1, 1.0) * k ** -rng.uniform(0.3, 1.5) * (1.0 if k % 2 else rng.uniform(0.2, 1.0))
         coefs.append(amp * np.exp(1j * rng.uniform(0, 2 * np.pi)))
-    z = np.exp(2j * np.pi * f0 * t)
+    phase = 2 * np.pi * f0 * t
+    z = np.empty(length, np.complex128)  # e^(i phase) as cos + i sin: the same values, half np.exp's time
+    z.real, z.imag = np.cos(phase), np.sin(phase)
     acc = np.full(length, coefs[-1])  # Horner: one complex multiply-add per harmonic instead of a sine
     for c in coefs[-2::-1]:
         acc *= z
