@@ -41,6 +41,26 @@ def test_rows_share_one_input_and_report_params_and_ratios(tmp_path: Path, capsy
     assert json.loads(out.read_text())["shape"] == [2, 1, 4096]
 
 
+def test_cpu_clock_times_the_steps_in_process_time(tmp_path: Path, capsys, monkeypatch) -> None:
+    import time
+
+    cfg = tmp_path / "tiny.toml"
+    cfg.write_text(TINY)
+    calls = []
+
+    def fake_process_time() -> float:
+        calls.append(1)
+        return 0.5 * len(calls)  # every step "takes" 0.5 s of CPU time
+
+    monkeypatch.setattr(time, "process_time", fake_process_time)
+    out = tmp_path / "ts.json"
+    assert run("trainstep", [str(cfg), "--clock", "cpu", "--repeats", "2", "--json", str(out)]) == 0
+    assert "in CPU time" in capsys.readouterr().out
+    assert json.loads(out.read_text())["rows"][0]["times"] == [0.5, 0.5]
+    with pytest.raises(SystemExit, match="--clock cpu times this process's CPU work"):
+        run("trainstep", [str(cfg), "--clock", "cpu", "--device", "cuda", "--repeats", "1"])
+
+
 def test_a_misspelt_override_names_the_row_and_the_known_keys(tmp_path: Path) -> None:
     cfg = tmp_path / "tiny.toml"
     cfg.write_text(TINY)

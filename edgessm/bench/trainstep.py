@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="where to train (cuda: timed with synchronisation; a row's train.amp=bf16 runs it under "
                          "bf16 autocast)")  # fmt: skip
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="time steps by the wall clock (default) or by this process's CPU time: steady on a "
+                         "machine that is busy with other work, where the wall clock is not (CPU only)")  # fmt: skip
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     return ap
 
@@ -117,30 +120,33 @@ def _update(row: dict[str, Any], x: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"loss": loss.detach()}
 
 
-def _step(row: dict[str, Any]) -> float:
+def _step(row: dict[str, Any], clock=time.perf_counter) -> float:
     cuda = row["x"].is_cuda
     if cuda:
         torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    t0 = clock()
     if "graph" in row:
         row["graph"]({"x": row["x"]})
     else:
         _update(row, row["x"])
     if cuda:
         torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.repeats < 1:
         raise SystemExit("trainstep: --repeats must be at least 1")
+    if args.clock == "cpu" and args.device != "cpu":
+        raise SystemExit("trainstep: --clock cpu times this process's CPU work; on CUDA use the wall clock")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("trainstep: no CUDA device is visible on this machine (--device cuda)")
         return 1
     device = torch.device(args.device)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     if not args.page_faults:
         keep_freed_memory()  # as `edgessm train` does
     specs = [("recipe", list(args.set))]
@@ -152,12 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             _step(row)
     for _ in range(args.repeats):
         for row in rows:
-            row["times"].append(_step(row))
+            row["times"].append(_step(row, clock))
     base = statistics.median(rows[0]["times"])
     x = rows[0]["x"]
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} thread(s)"
     print(f"# {args.recipe}: batch {x.shape[0]} x {x.shape[-1] / 16000:.2f} s, {where}, "
-          f"median of {args.repeats} steps per row, timed in turns")  # fmt: skip
+          f"median of {args.repeats} steps per row, timed in turns"
+          + (" in CPU time" if args.clock == "cpu" else ""))  # fmt: skip
     width = max(12, *(len(r["label"]) for r in rows))
     print(f"{'row':<{width}} {'params':>10} {'MFLOP/s':>9} {'step s':>8} {'ratio':>6}")
     out = []
