@@ -141,6 +141,8 @@ def test_a_run_says_where_it_stands(sc_folder: Path, tmp_path: Path, capsys) -> 
     assert json.loads(capsys.readouterr().out)[str(out)]["state"] == "done"
     assert main(["runs", str(tmp_path)]) == 0  # a folder of runs: the runs in it
     assert str(out) in capsys.readouterr().out
+    assert main(["runs", str(out), "--plot", str(tmp_path / "curves.png")]) == 0  # the two sittings' curves
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_runs_says_when_a_folder_holds_no_run(tmp_path: Path, capsys) -> None:

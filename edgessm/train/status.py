@@ -3,6 +3,7 @@
     edgessm runs                     # every run under ./runs
     edgessm runs runs/kws runs/asr   # these runs
     edgessm runs runs/kws --json     # the status as JSON
+    edgessm runs runs/kws runs/kws2 --plot curves.png   # their loss and validation curves, one picture
 
 A run writes its status (atomically) at its first step, at every log row, validation and checkpoint, and
 when it stops, finishes or fails, so that after a reboot, a killed process or a week away one look says:
@@ -95,6 +96,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     default = "default: every folder under ./runs that holds a run"
     ap.add_argument("runs", nargs="*", help=f"run folders, or folders of runs ({default})")
     ap.add_argument("--json", action="store_true", help="print the statuses as JSON")
+    ap.add_argument("--plot", metavar="PNG", help="also draw the runs' training loss and validation score against "
+                    "the examples seen to this image (edgessm.train.curves)")  # fmt: skip
+    ap.add_argument("--smooth", type=int, default=20, metavar="ROWS",
+                    help="--plot: the running mean of the loss over this many log rows (default 20)")  # fmt: skip
 
 
 def runs_in(folder: Path) -> list[Path]:
@@ -102,6 +107,28 @@ def runs_in(folder: Path) -> list[Path]:
     if (folder.expanduser() / STATUS).is_file():
         return [folder]
     return sorted(p.parent for p in folder.expanduser().glob(f"*/{STATUS}"))
+
+
+def _plot(args: argparse.Namespace, folders: list[Path]) -> int:
+    """Draw the curves of ``folders`` to ``args.plot``; the number of failures (runs with no log, no picture)."""
+    from .curves import plot_curves, read_curves
+
+    if args.smooth < 1:
+        raise SystemExit(f"edgessm runs: --smooth must be at least 1, got {args.smooth}")
+    curves, failed = [], 0
+    for folder in folders:
+        try:
+            curves.append(read_curves(folder))
+        except ValueError as e:
+            print(f"edgessm runs: {e}")
+            failed += 1
+    try:
+        path = plot_curves(curves, args.plot, smooth=args.smooth)
+    except (ImportError, ValueError) as e:
+        print(f"edgessm runs: --plot: {e}")
+        return failed + 1
+    print(f"curves of {len(curves)} run(s): {path}")
+    return failed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         except (FileNotFoundError, json.JSONDecodeError, TypeError) as e:
             print(f"edgessm runs: {e}")
             failed += 1
+    if args.plot:
+        failed += _plot(args, [f for f, _ in statuses])
     if args.json:
         print(json.dumps({str(f): asdict(s) for f, s in statuses}, indent=1))
         return 1 if failed else 0
