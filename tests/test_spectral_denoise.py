@@ -204,6 +204,29 @@ def test_a_deep_filter_added_to_a_trained_denoiser_starts_as_that_denoiser() -> 
         assert torch.equal(grown(x), plain(x))
 
 
+def test_a_deep_filter_grown_to_more_bins_starts_as_the_smaller_one() -> None:
+    """``adapt_weights`` lays a trained deep filter's projection and head out for more bins (zeros for the new
+    ones): the grown network's output equals the smaller one's, streamed or not, and then its new bins can move."""
+    small = _net(pre_conv=4, df_order=3, df_bins=4)
+    with torch.no_grad():  # a trained filter: every weight of it non-zero
+        for conv in (small.df_head, small.df_in):
+            conv.weight.normal_(0, 0.3)
+            conv.bias.normal_(0, 0.3)
+    big = build_network("denoise", **{**SMALL, "pre_conv": 4, "df_order": 3, "df_bins": 7}).eval()
+    weights = big.adapt_weights(small.state_dict())
+    big.load_state_dict(weights)  # strict: every tensor fits
+    x = 0.1 * torch.randn(2, 1, 32 * 30)
+    with torch.no_grad():
+        assert torch.allclose(big(x), small(x), atol=1e-6)
+        y, _ = run_chunked(big, x, [32, 96, 320, 32 * 30 - 448])
+        assert torch.allclose(y, small(x), atol=1e-6)
+    assert big.adapt_weights(weights) is weights  # already this size: unchanged
+    with torch.no_grad():
+        big.df_head.bias.normal_()  # the new bins take part once trained
+        assert not torch.allclose(big(x), small(x), atol=1e-4)
+    assert small.adapt_weights(weights) is weights  # a larger filter is not shrunk (--init-partial drops it)
+
+
 def test_phase_advance_feature_follows_a_tone() -> None:
     """A tone at the centre of bin k advances by π k per hop (hop = half the DFT): cos = (-1)^k, sin = 0."""
     net = _net(df_order=2, df_bins=8)

@@ -217,6 +217,33 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         and ``Im``."""
         return spec * (gains @ self.gain_map)
 
+    def adapt_weights(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``weights`` of a network with a deep filter over fewer bins, laid out for this one's ``df_bins``.
+
+        The phase-advance projection ``df_in`` takes ``[Re | Im]`` of the bins, the coefficient head ``df_head``
+        gives channels ``[k][re, im][bin]``: the old bins keep their weights in the new layout, the new bins get
+        zeros, as a deep filter starts (no phase features, coefficients ``tanh(0) = 0``). So the grown network
+        computes exactly what the old one did, and fine-tuning (``edgessm train ... --init OLD --set
+        model.df_bins=64``) starts there. Other weights, and weights already of this size, pass unchanged."""
+        if self.df_in is None or "df_in.weight" not in weights or "df_head.weight" not in weights:
+            return weights
+        old = int(weights["df_in.weight"].shape[1]) // 2
+        new, order = self.df_bins, self.cfg.df_order
+        rows = int(weights["df_head.weight"].shape[0])
+        if old >= new or rows != 2 * order * old:  # the same size, a larger one, or another order: not grown here
+            return weights
+        out = dict(weights)
+        w = weights["df_in.weight"]
+        grown = w.new_zeros(w.shape[0], 2 * new, *w.shape[2:])
+        grown[:, :old], grown[:, new : new + old] = w[:, :old], w[:, old:]
+        out["df_in.weight"] = grown
+        for name in ("df_head.weight", "df_head.bias"):
+            t = weights[name]
+            t_new = t.new_zeros(2 * order * new, *t.shape[1:])
+            t_new.view(order, 2, new, -1)[:, :, :old] = t.reshape(order, 2, old, -1)
+            out[name] = t_new
+        return out
+
     def _low(self, spec: Tensor) -> Tensor:
         """``[Re | Im]`` of the deep-filter bins: ``(B, m, 2 bins) -> (B, m, 2 df_bins)``."""
         f = self.df_bins

@@ -315,6 +315,9 @@ class Trainer:
             self._load(self.resume_from)
         elif init is not None:
             weights = load_model_weights(init, self.device)
+            adapt = getattr(self.model, "adapt_weights", None)  # e.g. a deep filter grown to more bins
+            if adapt is not None:
+                weights = adapt(weights)
             if init_partial:
                 weights = self._matching(weights)
             missing = sorted(set(self.model.state_dict()) - set(weights))
