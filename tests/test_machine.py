@@ -143,6 +143,9 @@ def test_a_run_says_where_it_stands(sc_folder: Path, tmp_path: Path, capsys) -> 
     assert str(out) in capsys.readouterr().out
     assert main(["runs", str(out), "--plot", str(tmp_path / "curves.png")]) == 0  # the two sittings' curves
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert main(["runs", str(out), "--json", "--plot", str(tmp_path / "c2.png")]) == 0  # stdout stays JSON
+    assert json.loads(capsys.readouterr().out)[str(out)]["state"] == "done"
 
 
 def test_runs_says_when_a_folder_holds_no_run(tmp_path: Path, capsys) -> None:

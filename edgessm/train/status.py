@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -110,8 +111,11 @@ def runs_in(folder: Path) -> list[Path]:
 
 
 def _plot(args: argparse.Namespace, folders: list[Path]) -> int:
-    """Draw the curves of ``folders`` to ``args.plot``; the number of failures (runs with no log, no picture)."""
+    """Draw the curves of ``folders`` to ``args.plot``; the number of failures (runs with no log, no picture).
+    What it says goes to stderr under ``--json``, so that stdout stays one JSON document."""
     from .curves import plot_curves, read_curves
+
+    out = sys.stderr if args.json else sys.stdout
 
     if args.smooth < 1:
         raise SystemExit(f"edgessm runs: --smooth must be at least 1, got {args.smooth}")
@@ -120,14 +124,14 @@ def _plot(args: argparse.Namespace, folders: list[Path]) -> int:
         try:
             curves.append(read_curves(folder))
         except ValueError as e:
-            print(f"edgessm runs: {e}")
+            print(f"edgessm runs: {e}", file=out)
             failed += 1
     try:
         path = plot_curves(curves, args.plot, smooth=args.smooth)
     except (ImportError, ValueError) as e:
-        print(f"edgessm runs: --plot: {e}")
+        print(f"edgessm runs: --plot: {e}", file=out)
         return failed + 1
-    print(f"curves of {len(curves)} run(s): {path}")
+    print(f"curves of {len(curves)} run(s): {path}", file=out)
     return failed
 
 
