@@ -1231,6 +1231,23 @@ def test_a_non_finite_loss_stops_the_run_at_the_next_check(sc_folder: Path, tmp_
     assert last["step"] == 10  # the poisoned weights of step 20 were never saved
 
 
+def test_a_run_grown_from_a_narrower_one_starts_where_it_stood(sc_folder: Path, tmp_path: Path, capsys) -> None:
+    """``--init`` with narrower weights of the same layout: the network grows to the recipe's channels (said so),
+    scores what the narrow one scored, and trains on."""
+    narrow = kws_config(sc_folder, steps=2)
+    narrow.model = {**TINY_KWS, "kinds": ["bottleneck", "pointwise"], "channels": [4, 8]}
+    first = Trainer(narrow, tmp_path / "a", device="cpu", progress=False)
+    first.fit()
+    wide = kws_config(sc_folder, steps=2)
+    wide.model = {**narrow.model, "channels": [8, 16]}
+    grown = Trainer(wide, tmp_path / "b", device="cpu", progress=False, init=tmp_path / "a")
+    assert "tensors grown to this network's sizes" in capsys.readouterr().out
+    assert grown.model.backbone.layers[0].h_out == 8
+    before, after = first.evaluate(), grown.evaluate()
+    assert before and after == pytest.approx(before, rel=1e-4, abs=1e-5)
+    grown.fit()
+
+
 def test_frozen_modules_keep_their_weights_while_the_rest_trains(sc_folder: Path, tmp_path: Path, capsys) -> None:
     """``train.freeze``: module paths, or ``front`` for a filterbank front; frozen parameters leave the optimizer
     and do not move, the rest trains, resume works, and names that match nothing are refused."""

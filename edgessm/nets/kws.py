@@ -23,6 +23,7 @@ from edgessm.ssm.essm import ElasticBudget
 from edgessm.ssm.stream import Counts, State
 
 from .backbone import BlockOptions, FrontOptions, centaurus_backbone
+from .widen import widen_weights
 
 
 @dataclass
@@ -53,6 +54,14 @@ class KeywordSpotter(ElasticBudget, nn.Module):
                                         cfg.pre_conv, cfg, cfg)  # fmt: skip
         c = cfg.channels[-1]
         self.head = nn.Sequential(nn.Linear(c, c), nn.SiLU(), nn.Linear(c, cfg.num_classes))
+
+    def adapt_weights(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``weights`` of a narrower keyword spotter grown to this one's channels (each channel repeated, the
+        weights that read them split: :func:`~edgessm.nets.widen.widen_weights`): the grown network gives the
+        same logits, and fine-tuning (``edgessm train ... --init OLD --set "model.channels=[128, ...]"``) starts
+        there. Weights already of this size pass unchanged."""
+        return widen_weights(self, weights, readers={"head.0.weight": 1, "head.2.weight": 1},
+                             writers={"head.0.weight": 0, "head.0.bias": 0})  # fmt: skip
 
     @property
     def stride(self) -> int:

@@ -42,6 +42,7 @@ from edgessm.ssm import CentaurusBlock, Counts, ElasticBudget, Streamable
 from edgessm.ssm.stream import State, graph_form
 
 from .backbone import WAVEFORM_RATE, BlockOptions
+from .widen import widen_weights
 
 
 @dataclass
@@ -218,13 +219,18 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         return spec * (gains @ self.gain_map)
 
     def adapt_weights(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
-        """``weights`` of a network with a deep filter over fewer bins, laid out for this one's ``df_bins``.
+        """``weights`` of a narrower network, or of one with a deep filter over fewer bins, laid out for this one.
 
-        The phase-advance projection ``df_in`` takes ``[Re | Im]`` of the bins, the coefficient head ``df_head``
-        gives channels ``[k][re, im][bin]``: the old bins keep their weights in the new layout, the new bins get
-        zeros, as a deep filter starts (no phase features, coefficients ``tanh(0) = 0``). So the grown network
-        computes exactly what the old one did, and fine-tuning (``edgessm train ... --init OLD --set
-        model.df_bins=64``) starts there. Other weights, and weights already of this size, pass unchanged."""
+        Narrower blocks grow to this network's channels (each channel repeated, the weights that read them split:
+        :func:`~edgessm.nets.widen.widen_weights`; ``--init OLD --set "model.channels=[256, ...]"``).
+
+        A deep filter grows to more bins: the phase-advance projection ``df_in`` takes ``[Re | Im]`` of the bins,
+        the coefficient head ``df_head`` gives channels ``[k][re, im][bin]``: the old bins keep their weights in
+        the new layout, the new bins get zeros, as a deep filter starts (no phase features, coefficients
+        ``tanh(0) = 0``). So the grown network computes exactly what the old one did, and fine-tuning
+        (``edgessm train ... --init OLD --set model.df_bins=64``) starts there. Other weights, and weights
+        already of this size, pass unchanged."""
+        weights = widen_weights(self, weights, readers={"head.weight": 1, "df_head.weight": 1})
         if self.df_in is None or "df_in.weight" not in weights or "df_head.weight" not in weights:
             return weights
         old = int(weights["df_in.weight"].shape[1]) // 2

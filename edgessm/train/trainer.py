@@ -317,7 +317,12 @@ class Trainer:
             weights = load_model_weights(init, self.device)
             adapt = getattr(self.model, "adapt_weights", None)  # e.g. a deep filter grown to more bins
             if adapt is not None:
-                weights = adapt(weights)
+                grown = adapt(weights)
+                changed = [k for k in grown if k in weights and grown[k].shape != weights[k].shape]
+                if changed and self.rank == 0:
+                    print(f"--init: {len(changed)} tensors grown to this network's sizes, the function kept "
+                          f"({', '.join(changed[:4])}{', ...' if len(changed) > 4 else ''})")  # fmt: skip
+                weights = grown
             if init_partial:
                 weights = self._matching(weights)
             missing = sorted(set(self.model.state_dict()) - set(weights))
