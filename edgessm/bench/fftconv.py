@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from edgessm.plotting import pyplot
 from edgessm.ssm.blocks import BottleneckSSM
 from edgessm.ssm.fftconv import Plan, bottleneck_flops, measured_plan, plan_bottleneck
 
@@ -217,10 +218,7 @@ def _print_gpu_table(results: list[Result], out) -> None:
 
 
 def plot(results: list[Result], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot("python -m edgessm.bench fftconv --plot")
 
     sweeps = [s for s in SWEEPS if any(r.sweep == s for r in results)]
     fig, axes = plt.subplots(1, len(sweeps), figsize=(4.2 * len(sweeps), 3.6), squeeze=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from edgessm.plotting import pyplot
 from edgessm.runtime.session import StepModel
 
 from . import kws
@@ -115,12 +116,8 @@ def sweep_markdown(report: dict) -> str:
 
 def sweep_plot(report: dict, out: Path) -> Path | None:
     """``out/budget_sweep.png``: accuracy (12-class and exact, per set) and RTF against the budget ``K``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     rows = report["rows"]
     models = list(dict.fromkeys(r["model"] for r in rows))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from edgessm.data.labels import SC12_LABELS, SC35_WORDS
 from edgessm.eval.backgrounds import KINDS, describe_pool
+from edgessm.plotting import pyplot
 
 SET_NAMES = {
     "sc-test": "Speech Commands v0.02 test (real, 118 unseen speakers)",
@@ -156,12 +157,8 @@ def _session_words(sessions: dict, headline) -> list[str]:
 
 def kws_plots(report: dict, out: Path) -> list[Path]:
     """The SC-test 12-class confusion matrix and the detection / false-accept curve, as PNGs."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     written = []
     sc = report.get("clips", {}).get("sc-test")
@@ -248,12 +245,8 @@ def calibration_markdown(report: dict) -> str:
 
 def calibration_plot(report: dict, path: Path) -> Path | None:
     """The validation DET curve: per-keyword thresholds vs one global threshold."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for rows, style, label in ((report["single"], "o-", "one threshold for every keyword"),
@@ -329,12 +322,8 @@ def denoise_markdown(report: dict) -> str:
 
 def denoise_plots(report: dict, out: Path) -> list[Path]:
     """PESQ, STOI and SI-SDR against input SNR for every system, one PNG."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     from edgessm.atomic import atomic_path
 
@@ -420,12 +409,8 @@ def _asr_per_word(systems: dict) -> list[str]:
 
 def asr_plots(report: dict, out: Path) -> list[Path]:
     """WER per test set, one bar per system, one PNG."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     import numpy as np
 

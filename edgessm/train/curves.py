@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgessm.atomic import atomic_path
+from edgessm.plotting import pyplot
 
 
 @dataclass
@@ -88,13 +89,7 @@ def plot_curves(runs: list[Curves], path: str | Path, smooth: int = 20) -> Path:
     """
     if not any(r.loss or r.score for r in runs):
         raise ValueError("no run has logged a row yet: nothing to plot")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise ImportError("edgessm runs --plot draws with matplotlib: pip install matplotlib") from e
+    plt = pyplot("edgessm runs --plot")
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, run in enumerate(runs):
