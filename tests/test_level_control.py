@@ -174,9 +174,13 @@ def test_a_denoiser_with_the_level_control_hears_raised_input_and_gives_back_the
     control = LevelControl(DENOISER)
     raised = control.process(x)
     assert dbfs(raised[SR:]) > dbfs(x[SR:]) + 10  # the graph heard it louder ...
-    expected = run(raw, raised, 1000) / control.last_gain  # ... and the output was divided by the same gains
+    heard = run(raw, raised, 1000)
+    expected = heard / control.last_gain  # ... and the output was divided by the same gains
     assert np.allclose(y, expected, atol=1e-5)
-    assert abs(dbfs(y[SR:]) - dbfs(run(raw, x, 1000)[SR:])) < 6  # the input's level, not the raised one's
+    # the input's level, not the raised one's: no louder than the input, the raise taken back from what the
+    # graph gave (how much of these noise bursts the denoiser removes at either level is the model's business)
+    assert dbfs(y[SR:]) < dbfs(x[SR:]) + 1.0
+    assert dbfs(heard[SR:]) - dbfs(y[SR:]) > 10.0
 
 
 def test_listen_says_when_it_raised_a_quiet_input(tmp_path, capsys) -> None:

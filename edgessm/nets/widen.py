@@ -59,6 +59,18 @@ def _factor(old: int, new: int, where: str) -> int:
     return new // old
 
 
+def _widths(weights: dict[str, Tensor], prefix: str) -> tuple[int | None, int | None]:
+    """The channels a block of ``weights`` reads and writes (``None`` where its tensors do not say)."""
+
+    def size(name: str, axis: int) -> int | None:
+        t = weights.get(prefix + name)
+        return None if t is None else int(t.shape[axis])
+
+    h_in = size("ssm.B", 1) or size("pre.conv.weight", 0)
+    h_out = size("ssm.C", 0) or size("norm.norm.weight", 0)
+    return h_in, h_out
+
+
 def widen_weights(
     model: nn.Module,
     weights: dict[str, Tensor],
@@ -85,7 +97,6 @@ def widen_weights(
     are of another layout: loading them reports that).
     """
     blocks = [(name, m) for name, m in model.named_modules() if isinstance(m, CentaurusBlock)]
-    mine = model.state_dict()
     gen = torch.Generator().manual_seed(seed)
     out, k_last, grown = dict(weights), 1, False
     for name, block in blocks:
@@ -94,15 +105,17 @@ def widen_weights(
         if not keys:
             return weights  # another layout: loading reports it
         k_last = 1
-        if all(k not in mine or mine[k].shape == weights[k].shape for k in keys):
-            continue
+        old_in, old_out = _widths(weights, prefix)
+        if old_in in (None, block.h_in) and old_out in (None, block.h_out):
+            continue  # this block's channels are the network's (other differences are for the loader to report)
         kind = getattr(block.ssm, "kind", type(block.ssm).__name__)
         if kind not in GROWABLE:
             raise ValueError(
                 f"{name} is a {kind!r} block: widening grows {' and '.join(map(repr, GROWABLE))} blocks, whose "
                 "per-channel parameters are only the projections B and C"
             )
-        old_in, old_out = int(weights[f"{prefix}ssm.B"].shape[1]), int(weights[f"{prefix}ssm.C"].shape[0])
+        if old_in is None or old_out is None or f"{prefix}ssm.B" not in weights:
+            raise ValueError(f"{name}: the weights' block has no projections B and C to grow (another kind of block)")
         k_in = _factor(old_in, block.h_in, f"{name} input")
         k_out = k_last = _factor(old_out, block.h_out, f"{name} output")
         if (f"{prefix}proj.weight" in weights) != (block.proj is not None):
