@@ -91,6 +91,8 @@ def test_a_widened_keyword_spotter_gives_the_same_logits() -> None:
 def test_widening_refuses_what_it_cannot_grow_exactly() -> None:
     small = _net()
     weights = small.state_dict()
+    with pytest.raises(ValueError, match="a 4-channel network cannot start from 8-channel weights"):
+        build_network("denoise", **{**SMALL, "channels": [4, 4, 4]}).adapt_weights(weights)
     with pytest.raises(ValueError, match="multiple of the old one"):
         build_network("denoise", **{**SMALL, "channels": [12, 12, 12]}).adapt_weights(weights)
     with pytest.raises(ValueError, match="identity skip"):  # 8 -> 8 (identity skip) grown to 16 -> 24

@@ -51,6 +51,11 @@ def split_reads(t: Tensor, axis: int, k: int, noise: float, gen: torch.Generator
 
 
 def _factor(old: int, new: int, where: str) -> int:
+    if new < old:
+        raise ValueError(
+            f"{where}: a {new}-channel network cannot start from {old}-channel weights; widening only grows "
+            "(set the recipe's model.channels to the weights' or a multiple of them)"
+        )
     if new % old:
         raise ValueError(
             f"{where}: cannot grow {old} channels to {new}; widening repeats each channel a whole number of "
