@@ -46,7 +46,7 @@ def split_reads(t: Tensor, axis: int, k: int, noise: float, gen: torch.Generator
     if k == 1:
         return t
     d = torch.randn((k, *t.shape), generator=gen, dtype=torch.float64)
-    d = ((d - d.mean(0, keepdim=True)) * (noise * float(t.detach().double().std()) / k)).to(t.dtype)
+    d = ((d - d.mean(0, keepdim=True)) * (noise * float(t.detach().double().std()) / k)).to(t.device, t.dtype)
     return torch.cat([t / k + d[j] for j in range(k)], dim=axis)
 
 
