@@ -283,3 +283,14 @@ def test_phone_music_mixtures_carry_the_music_tracks_through_a_phone_line(shared
     assert np.isclose(
         np.sqrt(np.mean(y.astype(np.float64) ** 2)), np.sqrt(np.mean(x.astype(np.float64) ** 2)), rtol=1e-3
     )
+
+
+def test_a_report_names_its_graph_as_the_working_folder_does(tmp_path, monkeypatch) -> None:
+    from edgessm.eval.cli import _shown
+
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _shown(tmp_path / "models" / "x.onnx") == "models/x.onnx"  # committed beside a model: no machine's path
+    assert _shown(Path("models/x.onnx")) == "models/x.onnx"
+    outside = tmp_path.parent / "elsewhere.onnx"
+    assert _shown(outside) == str(outside.resolve())

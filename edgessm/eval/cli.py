@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.calibrate:
         return _calibrate(model, args, progress)
     threshold = args.threshold or float(model.info.extra.get("threshold", 0.7))
-    report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
+    report: dict = {"graph": _shown(path), "weights_sha256": model.info.weights_sha256, "chunk": model.info.chunk,
                     "int8": "quantization" in model.info.extra, "clips": {}, "threshold": threshold}  # fmt: skip
     shipped = graph_decision(model.info.extra, args.threshold, args.smooth, args.refractory, contrast_db=args.contrast,
                              speech_after=args.speech_after, hold_s=args.hold, margin=args.margin)  # fmt: skip
@@ -285,7 +285,7 @@ def _denoise(model, path: Path, args: argparse.Namespace, progress) -> int:
     results = denoise.evaluate(systems, mixtures, progress)
     for n, r in results.items():
         r.latency_ms = latency.get(n)
-    report = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
+    report = {"graph": _shown(path), "weights_sha256": model.info.weights_sha256, "model": name,
               "chunk": model.info.chunk, "int8": "quantization" in model.info.extra, "mixtures": len(mixtures),
               "speakers": len({m.speaker for m in mixtures}), "seed": args.seed, "split": args.mixtures,
               "music": music_source(args.mixtures), "noise_kinds": list(kinds), "level_dbfs": args.mixture_level,
@@ -329,7 +329,7 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
             systems["whisper tiny.en"] = asr.WhisperTiny()
     except RuntimeError as e:
         raise SystemExit(f"edgessm eval: {e}") from None
-    report: dict = {"graph": str(path), "weights_sha256": model.info.weights_sha256, "model": name,
+    report: dict = {"graph": _shown(path), "weights_sha256": model.info.weights_sha256, "model": name,
                     "int8": "quantization" in model.info.extra, "chunk": model.info.chunk,
                     "params": int(model.info.extra.get("params", 0)) or None,
                     "flops_per_second": float(model.info.extra.get("flops_per_second", 0)) or None,
@@ -358,6 +358,16 @@ def _asr(model, path: Path, args: argparse.Namespace, progress) -> int:
 
         report["latency"] = {**asr.latencies(model, sentences), "pause_s": EndpointConfig().trailing_silence_s}
     return _write_report(report, asr_markdown, asr_plots, args.out)
+
+
+def _shown(path: Path) -> str:
+    """The graph's path as a report records it: relative to the working folder when inside it (a report
+    committed beside a model then names it as the repository does), else absolute."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _int8_twin(model: str, path: Path) -> Path | None:
