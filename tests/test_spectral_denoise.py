@@ -31,7 +31,9 @@ def test_arch_picks_the_network_and_unknown_ones_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "over", [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}, {"df_order": 3, "df_bins": 6}, {"df_order": 1}]
+    "over",
+    [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}, {"df_order": 3, "df_bins": 6}, {"df_order": 1},
+     {"df_order": 3, "df_bins": 6, "df_gated": True}],  # fmt: skip
 )
 def test_stream_equals_parallel_for_any_chunking(over: dict) -> None:
     net = _net(**over)
@@ -241,13 +243,35 @@ def test_phase_advance_feature_follows_a_tone() -> None:
     assert feats[0, 2:, 8 + k].abs().max() < 1e-3
 
 
-def test_deep_filter_exports_exactly(tmp_path) -> None:
+@pytest.mark.parametrize("gated", [False, True])
+def test_deep_filter_exports_exactly(tmp_path, gated: bool) -> None:
     from edgessm.deploy.onnx_export import export_onnx
 
-    net = _net(df_order=3, df_bins=6)
+    net = _net(df_order=3, df_bins=6, df_gated=gated)
     x = (0.1 * np.random.default_rng(1).normal(size=64 * 40)).astype(np.float32)
     report = export_onnx(net, tmp_path / "df.onnx", 64, {"task": "denoise"}, [x])
     assert report.max_abs_error < 1e-4 and not report.unfriendly_ops
+
+
+def test_a_gated_deep_filter_keeps_no_more_of_a_bin_than_its_gain() -> None:
+    """Ungated, the filter's sum of noisy frames reaches the output even where the gains remove everything;
+    gated (``df_gated``), ``Y = g (X + Σ d X)``: zero gains are silence, unit gains the ungated output."""
+    x = 0.1 * torch.randn(1, 1, 32 * 30, generator=torch.Generator().manual_seed(3))
+    out = {}
+    for gated in (False, True):
+        net = _net(df_order=3, df_bins=4, df_gated=gated)
+        with torch.no_grad():
+            net.df_head.weight.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(4))
+            net.head.weight.zero_()
+            for bias, name in ((-40.0, "shut"), (40.0, "open")):  # sigmoid: every gain 0 or 1
+                net.head.bias.fill_(bias)
+                out[gated, name] = net(x)
+            net.df_head.weight.zero_()
+            out[gated, "no filter"] = net(x)  # gains still open
+    assert float(out[False, "shut"].abs().max()) > 1e-3  # the filter alone still passes noise
+    assert float(out[True, "shut"].abs().max()) < 1e-9
+    torch.testing.assert_close(out[True, "open"], out[False, "open"])
+    assert float((out[True, "open"] - out[True, "no filter"]).abs().max()) > 1e-3  # the filter does act
 
 
 def test_deep_filter_loss_sees_phase_and_level() -> None:
