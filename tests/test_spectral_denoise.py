@@ -32,8 +32,13 @@ def test_arch_picks_the_network_and_unknown_ones_are_refused() -> None:
 
 @pytest.mark.parametrize(
     "over",
-    [{}, {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0}, {"df_order": 3, "df_bins": 6}, {"df_order": 1},
-     {"df_order": 3, "df_bins": 6, "df_gated": True}],  # fmt: skip
+    [
+        {},
+        {"pre_conv": 4, "dt_min": 0.01, "dt_max": 1.0},
+        {"df_order": 3, "df_bins": 6},
+        {"df_order": 1},
+        {"df_order": 3, "df_bins": 6, "df_gated": True},
+    ],
 )
 def test_stream_equals_parallel_for_any_chunking(over: dict) -> None:
     net = _net(**over)
