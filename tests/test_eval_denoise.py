@@ -294,3 +294,18 @@ def test_a_report_names_its_graph_as_the_working_folder_does(tmp_path, monkeypat
     assert _shown(Path("models/x.onnx")) == "models/x.onnx"
     outside = tmp_path.parent / "elsewhere.onnx"
     assert _shown(outside) == str(outside.resolve())
+
+
+def test_pause_residual_measures_what_is_left_where_the_speech_is_silent() -> None:
+    from edgessm.eval.metrics import pause_residual_db
+
+    rng = np.random.default_rng(0)
+    t = np.arange(16000 * 3) / 16000
+    talk = (t % 1.0) < 0.6  # 0.6 s of "speech", 0.4 s of silence, three times
+    clean = np.where(talk, 0.1 * np.sin(2 * np.pi * 220 * t), 0.0).astype(np.float32)
+    noise = rng.normal(size=t.size).astype(np.float32)
+    noise *= 0.1 / np.sqrt(2) / np.sqrt(np.mean(noise**2)) * 10 ** (-30 / 20)  # 30 dB under the speech's power
+    assert pause_residual_db(clean + noise, clean) == pytest.approx(-30.0, abs=0.5)
+    assert pause_residual_db(clean + 0.1 * noise, clean) == pytest.approx(-50.0, abs=0.5)
+    assert pause_residual_db(clean, clean) < -150  # digital silence in the pauses
+    assert np.isnan(pause_residual_db(noise, noise))  # no pauses: nothing to say

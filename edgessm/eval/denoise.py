@@ -39,13 +39,13 @@ from edgessm.data.corpora import shared_noises, shared_read_speech
 from edgessm.data.manifest import Clip, assign_split
 from edgessm.data.noise import babble, colored_noise, hum_clicks, music_like
 
-from .metrics import si_sdr
+from .metrics import pause_residual_db, si_sdr
 
 NOISE_KINDS = ("dude_miaowing", "running_tap", "babble", "music", "hum", "pink", "white")
 #: Kinds a run may add to (or put in place of) the default set: every earlier report used NOISE_KINDS alone.
 EXTRA_KINDS = ("everyday", "music-phone")
 SNRS_DB = (-5.0, 0.0, 5.0, 10.0, 15.0)
-METRICS = ("pesq", "stoi", "si_sdr", "si_sdr_i", "dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl")
+METRICS = ("pesq", "stoi", "si_sdr", "si_sdr_i", "dnsmos_sig", "dnsmos_bak", "dnsmos_ovrl", "pause_db")
 
 
 @dataclass
@@ -262,6 +262,7 @@ def score(clean: np.ndarray, est: np.ndarray, noisy: np.ndarray) -> dict[str, fl
     row["stoi"] = float(stoi(clean, est, SAMPLE_RATE, extended=False))
     mos = dnsmos.run(np.clip(est, -1.0, 1.0), SAMPLE_RATE)
     row.update(dnsmos_sig=float(mos["sig_mos"]), dnsmos_bak=float(mos["bak_mos"]), dnsmos_ovrl=float(mos["ovrl_mos"]))
+    row["pause_db"] = pause_residual_db(est, clean)
     return row
 
 

@@ -271,7 +271,8 @@ def calibration_plot(report: dict, path: Path) -> Path | None:
 
 DENOISE_COLUMNS = (("pesq", "PESQ-WB", "{:.2f}"), ("stoi", "STOI", "{:.3f}"), ("si_sdr", "SI-SDR dB", "{:.1f}"),
                    ("si_sdr_i", "SI-SDRi dB", "{:+.1f}"), ("dnsmos_sig", "DNSMOS SIG", "{:.2f}"),
-                   ("dnsmos_bak", "DNSMOS BAK", "{:.2f}"), ("dnsmos_ovrl", "DNSMOS OVRL", "{:.2f}"))  # fmt: skip
+                   ("dnsmos_bak", "DNSMOS BAK", "{:.2f}"), ("dnsmos_ovrl", "DNSMOS OVRL", "{:.2f}"),
+                   ("pause_db", "pauses dB", "{:.1f}"))  # fmt: skip
 
 
 def _fmt(fmt: str, x) -> str:
@@ -284,7 +285,7 @@ def denoise_markdown(report: dict) -> str:
     head = "| system | " + " | ".join(c[1] for c in DENOISE_COLUMNS) + " | RTF (1 thread) | latency ms |"
     lines = [head, "|---|" + "---:|" * (len(DENOISE_COLUMNS) + 2)]
     for name, s in systems.items():
-        cells = [_fmt(f, s["mean"][k]) for k, _, f in DENOISE_COLUMNS]
+        cells = [_fmt(f, s["mean"].get(k)) for k, _, f in DENOISE_COLUMNS]  # reports before a column: "-"
         rtf = "-" if name == "noisy" else _fmt("{:.4f}", s["rtf"])
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {rtf} | {_fmt('{:.1f}', s.get('latency_ms'))} |")
     ours = report.get("model")
