@@ -75,6 +75,7 @@ RECIPES = [
     "kws_v5_hades",
     "denoise_v3_df",
     "kws_v8",
+    "denoise_v5",  # the gated deep filter
 ]
 
 

@@ -219,11 +219,15 @@ class SpectralDenoiser(ElasticBudget, Streamable):
         waveform ``(B, 1, m hop)`` and the new tail (inverse DFT, sqrt-Hann, overlap-add)."""
         return self._overlap_add(self._inverse_dft(self._masked(spec, gains)), tail)
 
-    def _masked(self, spec: Tensor, gains: Tensor) -> Tensor:
-        """Spectra ``(B, m, 2 bins)`` times gains ``(B, m, bands + fine_bins)``: band gains spread over their
-        bins (:func:`~edgessm.dsp.erb_expansion`), the fine bins' own gains below, the same gain on ``Re``
+    def _spread(self, gains: Tensor) -> Tensor:
+        """Gains ``(B, m, bands + fine_bins)`` -> one per ``[Re | Im]`` entry ``(B, m, 2 bins)``: band gains spread
+        over their bins (:func:`~edgessm.dsp.erb_expansion`), the fine bins' own gains below, the same on ``Re``
         and ``Im``."""
-        return spec * (gains @ self.gain_map)
+        return gains @ self.gain_map
+
+    def _masked(self, spec: Tensor, gains: Tensor) -> Tensor:
+        """Spectra ``(B, m, 2 bins)`` times gains ``(B, m, bands + fine_bins)`` (:meth:`_spread`)."""
+        return spec * self._spread(gains)
 
     def adapt_weights(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
         """``weights`` of a narrower network, or of one with a deep filter over fewer bins, laid out for this one.
@@ -379,7 +383,7 @@ class SpectralDenoiser(ElasticBudget, Streamable):
                 new.extend(s)
                 pos += k
         coarse = self._coarse_gains(h)
-        gains = coarse @ self.gain_map  # (B, m, 2 bins): every [Re | Im] entry's gain
+        gains = self._spread(coarse)
         out = spec * gains
         if low is not None:
             out = self._deep_filter(out, window, h, gains if self.cfg.df_gated else None)
