@@ -731,3 +731,17 @@ def test_denoise_pairs_through_a_narrow_channel_band_limit_the_target_too() -> N
     f = np.fft.rfftfreq(len(target), 1 / 16000)
     spec = np.abs(np.fft.rfft(target.astype(np.float64))) ** 2
     assert spec[f > 7500].sum() < 1e-3 * spec[(f > 1000) & (f < 3000)].sum()
+
+
+def test_active_level_is_the_level_of_the_speech_not_of_its_pauses() -> None:
+    from edgessm.data.augment import active_level_dbfs
+
+    t = np.arange(16000) / 16000
+    tone = (0.1 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)  # -23 dBFS
+    short = np.zeros(16000, np.float32)
+    short[4000:10000] = tone[:6000]  # 0.375 s of it in a second of silence
+    assert abs(active_level_dbfs(tone) - level_dbfs(tone)) < 0.1
+    assert abs(active_level_dbfs(short) - level_dbfs(tone)) < 0.1  # the plain RMS would say 4 dB less
+    assert level_dbfs(short) < level_dbfs(tone) - 4
+    assert active_level_dbfs(np.zeros(16000, np.float32)) == float("-inf")
+    assert np.isfinite(active_level_dbfs(tone[:50]))  # shorter than a frame

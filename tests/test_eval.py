@@ -409,3 +409,28 @@ def test_read_speech_counts_keywords_the_transcript_does_not_say(tmp_path) -> No
     assert row["false_accepts_per_hour"] == pytest.approx(2 / out["hours"])
     md = kws_markdown({"read_speech": out})
     assert "Running read speech" in md and "| 0.4 | 2 |" in md
+
+
+def test_loud_read_speech_is_the_same_hour_twelve_db_louder(tmp_path) -> None:
+    """The close-microphone row streams the same utterances, order and pauses, only louder; both rows reach the
+    report with their levels."""
+    from edgessm.data.audio import write_audio
+    from edgessm.data.augment import level_dbfs
+    from edgessm.data.manifest import Clip
+
+    sr, rng, clips = 16000, np.random.default_rng(0), []
+    for i in range(4):
+        write_audio(tmp_path / f"u{i}.wav", (0.05 * rng.standard_normal(sr)).astype(np.float32), sr)
+        clips.append(Clip(str(tmp_path / f"u{i}.wav"), speaker=f"s{i}", text="the weather is fine", source="t"))
+    everyday = kws.read_speech(clips, seed=3, level_dbfs=kws.READ_LEVELS["everyday"])
+    loud = kws.read_speech(clips, seed=3, level_dbfs=kws.READ_LEVELS["loud"])
+    assert everyday.spans == loud.spans
+    for start, _, _ in everyday.spans:
+        a, b = everyday.audio[start : start + sr], loud.audio[start : start + sr]
+        assert level_dbfs(b) - level_dbfs(a) == pytest.approx(12.0, abs=0.05)
+        assert -35.05 <= level_dbfs(a) <= -19.95
+    out = kws.read_speech_false_accepts(QuietEnergyModel(), loud, [0.4], DecisionConfig(0.4, 2, 1.0))
+    md = kws_markdown(
+        {"read_speech": {**out, "level_dbfs": [-35, -20]}, "read_speech_loud": {**out, "level_dbfs": [-23, -8]}}
+    )
+    assert "at everyday levels, -35..-20 dBFS" in md and "at a close microphone, -23..-8 dBFS" in md

@@ -307,3 +307,36 @@ def test_a_pack_carries_the_mined_recordings_and_training_from_it_reads_them(sc_
     assert main(["train", str(recipe), "--pack", str(out), "--out", str(run), "--device", "cpu", "--no-progress"]) == 0
     assert "done: step 2 of 2" in capfd.readouterr().out  # two training processes on 2 cores: fd 1
     assert json.loads((run / "config.json").read_text())["data"]["mined_negatives"] == str(out.resolve() / "mined.csv")
+
+
+def test_level_dbfs_sets_every_training_speech_to_a_level_in_its_range(sc_folder: Path, tmp_path: Path) -> None:
+    """Keywords, sentence windows and mined spots alike: level alone must not tell a keyword from other speech."""
+    from edgessm.data.augment import active_level_dbfs
+
+    manifest = _sentences(tmp_path / "sent")
+    write_mined(tmp_path / "m.csv", [Mined(str(tmp_path / "sent" / "s1.wav"), 0.3, "yes", 0.6)])
+    data = {"mined_negatives": str(tmp_path / "m.csv"), "mined_fraction": 0.5, "sentence_negatives": 0.5}
+    task = build_task(_config(sc_folder, manifest, level_dbfs=[-30.0, -24.0], **data))
+    ds = task.train_set()
+    n = len(task.train_order)
+    silence = task.labels.index("_silence_")
+    kinds: dict[str, list[float]] = {"clip": [], "negative": [], "mined": []}
+    for i in range(len(ds)):
+        ex = task._example("train", i, np.random.default_rng(i))
+        if ex["label"] == silence:
+            continue
+        kind = "clip" if i < n else "mined" if i >= task._n_plain() else "negative"
+        x = ex["audio"][0] if kind == "mined" else ex["audio"][0][ex["context"] :]
+        kinds[kind].append(active_level_dbfs(x))
+    for kind, levels in kinds.items():
+        assert levels, kind
+        assert -30.01 <= min(levels) and max(levels) <= -23.99, (kind, levels)
+    everything = [v for levels in kinds.values() for v in levels]
+    assert max(everything) - min(everything) > 2  # drawn, not one level
+    # validation hears each clip at its own level
+    plain = build_task(_config(sc_folder, manifest, **data))
+    plain.train_set()
+    np.testing.assert_array_equal(task._example("validation", 0, None)["audio"],
+                                  plain._example("validation", 0, None)["audio"])  # fmt: skip
+    with pytest.raises(ValueError, match=r"data.level_dbfs must be \[low, high\]"):
+        build_task(_config(sc_folder, manifest, level_dbfs=[-10.0, -20.0]))

@@ -55,6 +55,7 @@ __all__ = [
     "RirSourceConfig",
     "RoomSimConfig",
     "SpecMaskConfig",
+    "active_level_dbfs",
     "add_noise",
     "apply_gain",
     "apply_mic_response",
@@ -111,6 +112,18 @@ def level_dbfs(x: np.ndarray) -> float:
     """RMS level of ``x`` in dB re 1.0 (``-inf`` for silence)."""
     p = _power(np.asarray(x))
     return 10.0 * np.log10(p) if p > 0 else float("-inf")
+
+
+def active_level_dbfs(x: np.ndarray, frame: int = 160) -> float:
+    """The level of the speech in ``x (T,)``, not of its pauses: the RMS (dB re 1.0) of its loudest third of
+    ``frame``-sample frames (10 ms at 16 kHz), so a one-second command and a window of running speech said
+    equally loud measure the same. ``-inf`` for silence."""
+    x = np.asarray(_mono(x), np.float64)
+    n = max(1, len(x) // frame)
+    powers = np.mean(np.square(np.resize(x, n * frame) if len(x) < frame else x[: n * frame]).reshape(n, -1), axis=1)
+    loud = np.sort(powers)[::-1][: max(1, n // 3)]
+    p = float(np.mean(loud))
+    return 10.0 * np.log10(p) if p > _SILENT_POWER else float("-inf")
 
 
 def set_level(x: np.ndarray, dbfs: float) -> np.ndarray:

@@ -207,8 +207,10 @@ def run(args: argparse.Namespace) -> int:
     cfg = replace(shipped, threshold=threshold, class_thresholds={})
     if "read-speech" in sets:  # running read speech with transcripts: keywords the readers did not say
         try:
-            report["read_speech"] = kws.read_speech_false_accepts(model, kws.read_speech(seed=args.seed),
-                                                                  thresholds, cfg, progress)  # fmt: skip
+            for key, levels in (("read_speech", "everyday"), ("read_speech_loud", "loud")):
+                speech = kws.read_speech(seed=args.seed, level_dbfs=kws.READ_LEVELS[levels])
+                report[key] = {**kws.read_speech_false_accepts(model, speech, thresholds, cfg, progress),
+                               "level_dbfs": list(kws.READ_LEVELS[levels])}  # fmt: skip
         except (FileNotFoundError, ValueError) as e:
             print(f"edgessm eval: skipping read-speech: {e}", file=sys.stderr)
     if "streams" in sets:

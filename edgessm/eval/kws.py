@@ -257,10 +257,17 @@ class ReadSpeech:
         return frozenset()
 
 
-def read_speech(clips: Sequence[Clip] | None = None, seed: int = 0) -> ReadSpeech:
+READ_LEVELS = {"everyday": (-35.0, -20.0), "loud": (-23.0, -8.0)}
+"""RMS levels (dBFS) of the read-speech utterances: a room microphone, and a close or loud one (12 dB higher:
+what a headset or a phone held near the mouth records; running speech there is louder than most commands)."""
+
+
+def read_speech(clips: Sequence[Clip] | None = None, seed: int = 0,
+                level_dbfs: tuple[float, float] = READ_LEVELS["everyday"]) -> ReadSpeech:  # fmt: skip
     """Every utterance of ``clips`` (default: Mini LibriSpeech's validation readers, whom no recipe trains on:
-    ~1.1 h, 317 utterances) once, in a seeded order, each at -35..-20 dBFS with 0.3-1.0 s pauses: running
-    speech in which most keywords are never said and some are (its transcripts say which)."""
+    ~1.1 h, 317 utterances) once, in a seeded order, each at an RMS level uniform in ``level_dbfs`` with
+    0.3-1.0 s pauses: running speech in which most keywords are never said and some are (its transcripts say
+    which). The same ``seed`` gives the same order, levels (relative to the range) and pauses at any range."""
     if clips is None:
         from edgessm.data.corpora import shared_librispeech_5
 
@@ -271,7 +278,7 @@ def read_speech(clips: Sequence[Clip] | None = None, seed: int = 0) -> ReadSpeec
     parts, spans, pos = [], [], 0
     for k in rng.permutation(len(clips)):
         c = clips[int(k)]
-        x = set_level(load_audio(c.path, SAMPLE_RATE)[0], float(rng.uniform(-35, -20)))
+        x = set_level(load_audio(c.path, SAMPLE_RATE)[0], float(rng.uniform(*level_dbfs)))
         pause = np.zeros(int(rng.uniform(0.3, 1.0) * SAMPLE_RATE), np.float32)
         words = frozenset(w.strip("'") for w in (c.text or "").lower().split())
         spans.append((pos, pos + len(x) + len(pause), words))

@@ -60,11 +60,14 @@ def kws_markdown(report: dict) -> str:
             right = f"{b} | {words[b]['clips']} | {_pct(words[b]['accuracy'])}" if b else " | | "
             lines.append(f"| {a} | {words[a]['clips']} | {_pct(words[a]['accuracy'])} | {right} |")
         lines.append("")
-    read = report.get("read_speech")
-    if read:
-        lines += [f"Running read speech ({read['hours']:.2f} h, {read['utterances']} utterances of readers no recipe "
-                  "trains on): false accepts of keywords the transcript does not say (a keyword said anywhere in "
-                  "an utterance excuses its detections there: a lower bound)", "",
+    for key, how in (("read_speech", "everyday levels"), ("read_speech_loud", "a close microphone")):
+        read = report.get(key)
+        if not read:
+            continue
+        lo, hi = read.get("level_dbfs", (-35, -20))
+        lines += [f"Running read speech at {how}, {lo:g}..{hi:g} dBFS ({read['hours']:.2f} h, {read['utterances']} "
+                  "utterances of readers no recipe trains on): false accepts of keywords the transcript does not say "
+                  "(a keyword said anywhere in an utterance excuses its detections there: a lower bound)", "",
                   "| threshold | false accepts | per hour | most often |", "|---:|---:|---:|---|"]  # fmt: skip
         for r in read["sweep"]:
             top = ", ".join(f"{w} {n}" for w, n in list(r["by_word"].items())[:5])

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.data.audio import SAMPLE_RATE, speech_bounds, speech_span
+from edgessm.data.augment import active_level_dbfs
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
 from edgessm.data.manifest import Clip, assign_split
@@ -96,6 +97,13 @@ class KwsData:
     # (A list of CSVs joins them: the same moment found by two models counts once.)
     mined_negatives: str | tuple[str, ...] = ""
     mined_fraction: float = 0.0
+    # Speech levels (dBFS, the active level: :func:`active_level_dbfs`). Empty: each recording at its own level
+    # (+- the augmentation's gain). Speech Commands clips span -35..-13 dBFS, read sentences only -25..-18, so
+    # loud speech was nearly always a keyword (kws35 v14: 3.5 false accepts per hour on running read speech at
+    # everyday levels, 21 at a close microphone's). A range here sets every training keyword, non-keyword word,
+    # sentence window, mined spot and context talker to a level uniform in it, before augmentation: level alone
+    # no longer tells a keyword from other speech.
+    level_dbfs: tuple[float, ...] = ()
 
 
 class KwsTask(Task):
@@ -110,8 +118,24 @@ class KwsTask(Task):
         if self.data.background:
             labels += [c for c in (UNKNOWN, SILENCE) if c not in labels]
         self.labels = labels
+        if self.data.level_dbfs and (len(self.data.level_dbfs) != 2 or not
+                                     -80 <= self.data.level_dbfs[0] <= self.data.level_dbfs[1] <= 0):  # fmt: skip
+            raise ValueError(f"data.level_dbfs must be [low, high] dBFS with -80 <= low <= high <= 0, "
+                             f"got {list(self.data.level_dbfs)}")  # fmt: skip
         self._prepared = False
         self._deferred: int | None = None  # with device mixing: the batch's microphone sections (device_mixer)
+
+    def _leveled(self, x: np.ndarray, r: np.random.Generator) -> np.ndarray:
+        """``x`` at an active level uniform in ``level_dbfs`` (unchanged, and no draw, when that is empty)."""
+        if not self.data.level_dbfs:
+            return x
+        lo, hi = self.data.level_dbfs
+        target, level = r.uniform(lo, hi), active_level_dbfs(x)
+        return x if not np.isfinite(level) else (x * 10 ** ((target - level) / 20)).astype(np.float32)
+
+    def _talker_range(self) -> tuple[float, float]:
+        """The RMS levels (dBFS) of the talkers and keywords in an example's context."""
+        return tuple(self.data.level_dbfs) if self.data.level_dbfs else (-35.0, -15.0)
 
     def model_config(self) -> dict[str, Any]:
         return {**self.cfg.model, "num_classes": len(self.labels)}
@@ -269,7 +293,7 @@ class KwsTask(Task):
                 else:  # a sentence at its whole level, only the part that fits converted
                     i = int(r.integers(len(self.sentences)))
                     x, rms = self.sentences.slice(i, 0, n - pos), self.sentences.rms(i)
-                x = x[: n - pos] * 10 ** (r.uniform(-35, -15) / 20) / (rms + 1e-6)
+                x = x[: n - pos] * 10 ** (r.uniform(*self._talker_range()) / 20) / (rms + 1e-6)
                 out[pos : pos + len(x)] = x
                 pos += len(x) + int(r.uniform(0.05, 0.8) * SAMPLE_RATE)
         elif kind == 1:
@@ -287,7 +311,8 @@ class KwsTask(Task):
         start = int(r.integers(0, n - len(x) + 1))
         if kind == 0:
             out[max(0, start - SAMPLE_RATE // 10) : start + len(x) + SAMPLE_RATE // 10] = 0.0
-        out[start : start + len(x)] += x * 10 ** (r.uniform(-35, -15) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)
+        gain = 10 ** (r.uniform(*self._talker_range()) / 20) / (np.sqrt(np.mean(x**2)) + 1e-6)
+        out[start : start + len(x)] += x * gain
         return out, (start, start + len(x))
 
     def _example(self, split: str, index: int, rng: np.random.Generator | None) -> dict[str, Any]:
@@ -313,6 +338,8 @@ class KwsTask(Task):
         if index >= n + self._n_silence(n):  # a hard negative: a window of a keyword-free sentence
             r = rng if rng is not None else item_rng(index)
             x = self.sentences.random_crop(int(r.integers(len(self.sentences))), length, r)
+            if split == "train":
+                x = self._leveled(x, r)
             mix = self._unaugmented(split)
             if self.augment is not None:
                 x, mix = self._augmented(x, r)
@@ -332,6 +359,8 @@ class KwsTask(Task):
         offset = 0 if split == "train" else self.n_train
         clip_idx, label = offset + index, self.items[split][index][1]
         x = _crop_or_place(self.store[clip_idx], length, rng)
+        if rng is not None and split == "train":
+            x = self._leveled(x, rng)
         # where the word has been said (clean audio, before shift/speed augmentation: the tolerance covers them)
         word_end = speech_bounds(x)[1] if self.labels[label] not in (UNKNOWN, SILENCE) else 0
         mix = self._unaugmented(split)
@@ -351,6 +380,7 @@ class KwsTask(Task):
         part = store.slice(clip, end - total, end)  # silence before the recording (and after it)
         start = max(0, total - end)
         x[start : start + len(part)] = part
+        x = self._leveled(x, r)
         mix = self._unaugmented("train")
         if self.augment is not None:
             tail, mix = self._augmented(x[-length:], r)
