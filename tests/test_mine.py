@@ -87,6 +87,34 @@ def test_mining_reports_each_detection_with_its_recording_time_and_word(tmp_path
     assert len(rows) == 1
 
 
+class _LoudGraph(_FakeGraph):
+    """Fires `yes` over frames whose audio is louder than -20 dBFS; keeps what it heard."""
+
+    def process(self, audio: np.ndarray) -> np.ndarray:
+        self.heard = audio
+        frames = -(-len(audio) // 320)
+        logits = np.zeros((4, frames), np.float32)
+        logits[2] = 4.0
+        x = np.resize(audio, frames * 320).reshape(frames, 320)
+        logits[0, 10 * np.log10(np.mean(x**2, axis=1) + 1e-12) > -20] = 9.0
+        return logits
+
+
+def test_mining_at_a_close_microphone_level_streams_the_speech_that_loud(tmp_path: Path) -> None:
+    from edgessm.data.augment import active_level_dbfs
+
+    t = np.arange(2 * SR) / SR
+    x = (0.03 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)  # -33 dBFS
+    write_audio(tmp_path / "s.wav", x, SR)
+    graph = _LoudGraph({})
+    assert mine_recordings(graph, [str(tmp_path / "s.wav")], DecisionConfig(0.5))[0] == []  # as recorded: quiet
+    rows, _ = mine_recordings(graph, [str(tmp_path / "s.wav")], DecisionConfig(0.5), level_dbfs=-12.0)
+    assert [r.word for r in rows] == ["yes"]
+    assert active_level_dbfs(graph.heard) == pytest.approx(-12.0, abs=0.1)
+    rows, _ = mine_recordings(graph, [str(tmp_path / "s.wav")], DecisionConfig(0.5), level_dbfs=0.0)
+    assert np.abs(graph.heard).max() <= 1.0  # past full scale: clipped, as a microphone does
+
+
 def test_mined_csv_round_trips_and_refuses_what_it_did_not_write(tmp_path: Path) -> None:
     rows = [Mined("/a/b.wav", 1.25, "stop", 0.61), Mined("/a/c.flac", 0.5, "up", 0.5)]
     write_mined(tmp_path / "m.csv", rows)
@@ -257,6 +285,8 @@ def test_mine_cli_finds_the_keywords_hidden_in_a_keyword_free_sentence(sc_folder
     assert bad.returncode != 0 and "mining needs a keyword recipe" in bad.stderr
     bad = subprocess.run([*cmd, "--threshold", "1.5"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert bad.returncode != 0 and "between 0 and 1" in bad.stderr
+    bad = subprocess.run([*cmd, "--level-dbfs", "6"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode != 0 and "--level-dbfs must be between -80 and 0 dBFS" in bad.stderr
 
 
 def test_training_on_mined_negatives_runs(sc_folder: Path, tmp_path: Path) -> None:

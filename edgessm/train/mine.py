@@ -31,11 +31,16 @@ from .mined import FIELDS, Mined, read_mined, write_mined  # noqa: F401  (the co
 
 
 def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Iterable], Iterable] = iter,
-                    ) -> tuple[list[Mined], float]:  # fmt: skip
+                    level_dbfs: float | None = None) -> tuple[list[Mined], float]:  # fmt: skip
     """Every detection of ``model`` (:class:`edgessm.runtime.session.StepModel`) under ``config``
     (:class:`edgessm.runtime.kws.DecisionConfig`) in each recording, each streamed alone from the
-    graph's start state. Returns the detections and the seconds of audio heard."""
+    graph's start state, at its own level or with its speech at ``level_dbfs``
+    (:func:`~edgessm.data.augment.active_level_dbfs`; samples past full scale clipped, as a microphone
+    does). Returns the detections and the seconds of audio heard."""
+    import numpy as np
+
     from edgessm.data.audio import load_audio
+    from edgessm.data.augment import active_level_dbfs
     from edgessm.eval.kws import covered, graph_logits
     from edgessm.runtime.kws import KeywordDecider
 
@@ -45,6 +50,9 @@ def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Ite
     seconds = 0.0
     for path in progress(paths):
         audio = load_audio(path, info.sample_rate)[0]
+        level = active_level_dbfs(audio) if level_dbfs is not None else float("nan")
+        if np.isfinite(level):
+            audio = np.clip(audio * 10 ** ((level_dbfs - level) / 20), -1.0, 1.0).astype(np.float32)
         seconds += len(audio) / info.sample_rate
         logits = graph_logits(model, audio)
         decider = KeywordDecider(info.labels, frame_s, config)
@@ -61,6 +69,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="detection threshold, below the shipped one so near misses count too (default 0.5); "
                          "no contrast or speech-after gate")  # fmt: skip
     ap.add_argument("--synthetic", action="store_true", help="search the synthetic sentences too (default: recorded)")
+    ap.add_argument("--level-dbfs", type=float, default=None, metavar="DB",
+                    help="stream each recording with its speech at this level (e.g. -12: a close microphone, "
+                         "where running speech is louder than most commands); default: as recorded")  # fmt: skip
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="override a recipe value, e.g. --set 'data.sources=[\"shared:read_speech\"]'")  # fmt: skip
     ap.add_argument("--no-progress", action="store_true")
@@ -84,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.threshold < 1:
         raise SystemExit(f"edgessm mine: --threshold must be between 0 and 1, got {args.threshold}")
+    if args.level_dbfs is not None and not -80 <= args.level_dbfs <= 0:
+        raise SystemExit(f"edgessm mine: --level-dbfs must be between -80 and 0 dBFS, got {args.level_dbfs}")
     try:
         cfg = load_config(args.config, list(args.overrides))
         task = build_task(cfg)
@@ -108,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
         return tqdm(items, total=len(paths), desc="mining", unit="file", leave=False)
 
-    rows, seconds = mine_recordings(model, paths, config, progress)
+    rows, seconds = mine_recordings(model, paths, config, progress, args.level_dbfs)
     write_mined(args.out, rows)
     hours = seconds / 3600
     words = Counter(r.word for r in rows)
@@ -116,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         "model": str(model.path),
         "recipe": args.config,
         "threshold": args.threshold,
+        "level_dbfs": args.level_dbfs,
         "recordings": len(paths),
         "hours": round(hours, 3),
         "detections": len(rows),
