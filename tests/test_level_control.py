@@ -46,6 +46,24 @@ def test_quiet_words_are_raised_to_the_target_and_loud_ones_left_alone() -> None
     assert np.allclose(apply_agc(loud, cfg), loud)  # louder than the target: gain 0, the same samples
 
 
+def test_with_a_cut_loud_words_are_brought_down_to_the_target_by_at_most_the_cut() -> None:
+    loud, mask = bursts(-10.0, -50.0)
+    late = mask.copy()
+    late[: 2 * SR] = False
+    cfg = AgcConfig(max_cut=12.0)
+    y = apply_agc(loud, cfg)
+    assert cfg.target - 2 < dbfs(y[late]) < cfg.target + 1  # 10 dB down: peaks at the target
+    very, mask = bursts(-3.0, -50.0)
+    assert dbfs(apply_agc(very, cfg)[late]) == pytest.approx(dbfs(very[late]) - 12.0, abs=0.5)  # at most the cut
+    quiet, _ = bursts(-42.0, -75.0)
+    assert np.array_equal(apply_agc(quiet, cfg), apply_agc(quiet, AgcConfig()))  # quiet input: as without
+    control, parts = LevelControl(cfg), []
+    for i in range(0, len(loud), 333):
+        parts.append(control.process(loud[i : i + 333]))
+    assert np.array_equal(np.concatenate(parts), y)  # any chunking
+    assert np.all(control.last_gain <= 1.0)
+
+
 def test_the_room_is_not_pumped_up_and_the_gain_has_its_limits() -> None:
     cfg = AgcConfig()
     rng = np.random.default_rng(1)
@@ -93,6 +111,9 @@ def test_settings_travel_as_json_and_bad_ones_are_refused() -> None:
         AgcConfig.from_json(json.dumps({"target": -20, "loudness": 3}))
     with pytest.raises(ValueError, match="max_gain"):
         AgcConfig(max_gain=-1)
+    with pytest.raises(ValueError, match="max_cut"):
+        AgcConfig(max_cut=-3)
+    assert AgcConfig.from_json(json.dumps({"target": -20})).max_cut == 0  # graphs exported before the cut: boost only
     with pytest.raises(ValueError, match="ceiling"):
         AgcConfig(ceiling=1.5)
 
@@ -157,6 +178,10 @@ def test_a_denoiser_with_the_level_control_hears_raised_input_and_gives_back_the
     shutil.copytree(MODELS / "denoise", folder, ignore=shutil.ignore_patterns("eval"))
     assert metadata_main([str(folder), "--agc", "off"]) == 0
     assert StepModel(folder / "denoise.onnx").agc is None
+    assert metadata_main([str(folder), "--agc", "on", "--agc-cut", "6"]) == 0
+    assert StepModel(folder / "denoise.onnx").agc.max_cut == 6.0
+    with pytest.raises(SystemExit):
+        metadata_main([str(folder), "--agc", "off", "--agc-cut", "6"])  # a cut needs the control
     assert metadata_main([str(folder), "--agc", "on"]) == 0  # the task's settings: a denoiser's
     graph = folder / "denoise.onnx"
     model, raw = StepModel(graph), StepModel(graph, agc=False)

@@ -1,6 +1,7 @@
 """Change what a model folder's graphs say about their input and decision, without exporting them again.
 
     python -m edgessm.deploy.metadata models/kws35 --agc on     # its graphs ask for the input level control
+    python -m edgessm.deploy.metadata models/kws35 --agc on --agc-cut 12   # loud input brought down too
     python -m edgessm.deploy.metadata models/kws35 --agc off
     python -m edgessm.deploy.metadata models/kws35-es --threshold 0.6   # a keyword spotter's default threshold
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from edgessm.atomic import atomic_path, write_text
@@ -69,16 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a model folder (graphs + manifest.json)")
     ap.add_argument("--agc", choices=("on", "off"), help="the input level control (the task's settings)")
+    ap.add_argument("--agc-cut", type=float, metavar="DB",
+                    help="with --agc on: loud input is also brought down toward the control's target, by at most "
+                         "DB (default 0: boost only)")  # fmt: skip
     ap.add_argument("--threshold", type=float, help="keyword spotters: the default decision threshold (0..1)")
     args = ap.parse_args(argv)
+    if args.agc_cut is not None and args.agc != "on":
+        ap.error("--agc-cut goes with --agc on")
+    if args.agc_cut is not None and not args.agc_cut >= 0:
+        ap.error(f"--agc-cut is 0 dB or more, got {args.agc_cut:g}")
     if args.agc is None and args.threshold is None:
         ap.error("nothing to change: give --agc and/or --threshold")
     if args.threshold is not None and not 0 < args.threshold < 1:
         ap.error(f"--threshold is a posterior between 0 and 1, got {args.threshold:g}")
     try:
         if args.agc is not None:
-            changed = set_input_agc(args.folder, folder_agc(args.folder) if args.agc == "on" else None)
-            print(f"{len(changed)} graphs: input_agc {args.agc}; manifest updated")
+            config = folder_agc(args.folder) if args.agc == "on" else None
+            if config is not None and args.agc_cut is not None:
+                config = replace(config, max_cut=args.agc_cut)
+            changed = set_input_agc(args.folder, config)
+            cut = f" (loud input cut by up to {config.max_cut:g} dB)" if config is not None and config.max_cut else ""
+            print(f"{len(changed)} graphs: input_agc {args.agc}{cut}; manifest updated")
         if args.threshold is not None:
             changed = set_folder_metadata(args.folder, "threshold", str(args.threshold))
             print(f"{len(changed)} graphs: threshold {args.threshold:g}; manifest updated")

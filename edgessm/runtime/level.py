@@ -14,8 +14,10 @@ Per 10 ms frame (``frame`` samples) of the graph-rate audio, with ``e`` the fram
 
 - speech level ``S = max(e, S - release)``: the loudest recent frames, forgetting ``release_db_s`` per second;
 - noise floor ``N = min(e, N + rise)``: the quietest recent frames, rising at most ``rise_db_s`` per second;
-- wanted gain ``G* = clip(min(target - S, noise_cap - N), 0, max_gain)`` dB: speech peaks brought up to
-  ``target``, the room never above ``noise_cap``, never more than ``max_gain``;
+- wanted gain ``G* = clip(min(target - S, noise_cap - N), -max_cut, max_gain)`` dB: speech peaks brought up to
+  ``target``, the room never above ``noise_cap``, never more than ``max_gain``; with ``max_cut`` > 0 loud
+  speech is brought down toward ``target`` too (by at most ``max_cut``, deepening by at most ``cut_db_s``
+  per second, so that one loud command keeps its shape while loud running speech is lowered; off by default);
 - the gain follows ``G*`` down at once, in any frame, and up by at most ``attack_up_db_s`` per second only
   on frames that stand ``speech_margin_db`` out of the noise floor (someone speaking, not the room): it holds
   through pauses, so the room is not pumped up between words and a steady noise or music alone is left as
@@ -67,6 +69,8 @@ class AgcConfig:
     target: float = -20.0  # the level speech peaks (10 ms frames) are raised to
     noise_cap: float = -48.0  # the noise floor is never raised above this
     max_gain: float = 24.0
+    max_cut: float = 0.0  # loud speech brought down toward ``target`` by at most this (0: boost only)
+    cut_db_s: float = 6.0  # how fast a cut may deepen: a loud command keeps its shape, loud talk is lowered
     release_db_s: float = 0.5  # how fast the speech level forgets a loud moment
     rise_db_s: float = 3.0  # how fast the noise floor may rise (it falls at once)
     attack_up_db_s: float = 30.0  # how fast the applied gain may grow (on frames above the room only)
@@ -79,8 +83,10 @@ class AgcConfig:
             raise ValueError(f"frame must be at least 1 sample, got {self.frame}")
         if not self.max_gain >= 0:
             raise ValueError(f"max_gain must be 0 dB or more, got {self.max_gain}")
-        if min(self.release_db_s, self.rise_db_s, self.attack_up_db_s) < 0:
-            raise ValueError("release_db_s, rise_db_s and attack_up_db_s must be >= 0")
+        if not self.max_cut >= 0:
+            raise ValueError(f"max_cut must be 0 dB or more, got {self.max_cut}")
+        if min(self.release_db_s, self.rise_db_s, self.attack_up_db_s, self.cut_db_s) < 0:
+            raise ValueError("release_db_s, rise_db_s, attack_up_db_s and cut_db_s must be >= 0")
         if not 0 < self.ceiling <= 1:
             raise ValueError(f"ceiling must be in (0, 1], got {self.ceiling}")
 
@@ -111,6 +117,7 @@ class LevelControl:
         self._release = self.config.release_db_s * per_frame
         self._rise = self.config.rise_db_s * per_frame
         self._up = self.config.attack_up_db_s * per_frame
+        self._deepen = self.config.cut_db_s * per_frame
         n = self.config.frame
         self._steps = (np.arange(n, dtype=np.float64) + 1) / n  # a frame's ramp, sample by sample
         self.reset()
@@ -129,10 +136,10 @@ class LevelControl:
         c = self.config
         self._noise = e if self._noise is None else min(e, self._noise + self._rise)
         self._speech = max(e, self._speech - self._release)
-        want = max(0.0, min(c.target - self._speech, c.noise_cap - self._noise, c.max_gain))
+        want = max(-c.max_cut, min(c.target - self._speech, c.noise_cap - self._noise, c.max_gain))
         gain = self._to_db
-        if want < gain:
-            gain = want  # down at once, in any frame
+        if want < gain:  # down at once to 0 dB, in any frame; a cut below it deepens at most cut_db_s
+            gain = want if want >= 0 else max(want, min(gain, 0.0) - self._deepen)
         elif e > self._noise + c.speech_margin_db:  # up only while something stands out of the room: no pumping
             gain = min(want, gain + self._up)
         if peak > 0:
@@ -157,8 +164,8 @@ class LevelControl:
     def _ramped(self, x: np.ndarray, a: float | list[float], b: float | list[float], first: int) -> np.ndarray:
         """``x (m,)`` at positions ``first..first+m`` of one frame ramping from gain ``a`` to ``b``, or ``x (F, m)``
         of F frames with a gain pair each (lists): times the ramp, as float32."""
-        louder = max(a) > 1 or max(b) > 1 if isinstance(a, list) else a > 1 or b > 1
-        if not louder:  # no gain anywhere (gains are never below 1): the samples as they are
+        changed = any(g != 1 for g in (*a, *b)) if isinstance(a, list) else a != 1 or b != 1
+        if not changed:  # no gain anywhere: the samples as they are
             self._gains.append(np.ones(x.size))
             return x.copy()
         steps = self._steps[first : first + x.shape[-1]]

@@ -159,8 +159,9 @@ def _detail(f: dict) -> None:
               "(listen --margin 0: off)")  # fmt: skip
     agc = f.get("input_agc")
     if agc:
-        print(f"  level control  quiet input raised toward {agc['target']:g} dBFS, at most {agc['max_gain']:g} dB "
-              "(--agc off: the audio as it is)")  # fmt: skip
+        cut = f", loud input lowered by at most {agc['max_cut']:g} dB" if agc.get("max_cut") else ""
+        print(f"  level control  quiet input raised toward {agc['target']:g} dBFS, at most {agc['max_gain']:g} dB"
+              f"{cut} (--agc off: the audio as it is)")  # fmt: skip
     elif f["task"] in ("kws", "asr"):
         print("  level control  off (--agc on: quiet input raised to the level the model was trained on)")
     print(f"  graphs         {', '.join(f['graphs'])}")
