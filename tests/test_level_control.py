@@ -62,6 +62,10 @@ def test_with_a_cut_loud_words_are_brought_down_to_the_target_by_at_most_the_cut
         parts.append(control.process(loud[i : i + 333]))
     assert np.array_equal(np.concatenate(parts), y)  # any chunking
     assert np.all(control.last_gain <= 1.0)
+    # one loud word after quiet keeps its shape: the cut deepens by at most cut_db_s (6 dB/s, 3 dB in 0.5 s)
+    word = np.concatenate([np.zeros(SR, np.float32), loud[mask][: SR // 2]])
+    gains = 20 * np.log10(LevelControl(cfg).process(word)[SR:] / np.where(word[SR:] == 0, 1, word[SR:]))
+    assert gains.min() > -3.2 and gains[: SR // 10].min() > -0.7
 
 
 def test_the_room_is_not_pumped_up_and_the_gain_has_its_limits() -> None:

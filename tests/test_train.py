@@ -826,6 +826,10 @@ def test_trained_run_exports_through_the_cli(sc_folder: Path, tmp_path: Path, ca
     assert model.agc == AgcConfig()  # a keyword spotter's graph asks for the input level control by default
     assert main(["export", str(run), "--out", str(tmp_path / "raw"), "--chunk", "32", "--agc", "off"]) == 0
     assert StepModel(tmp_path / "raw" / "raw.onnx").agc is None
+    assert main(["export", str(run), "--out", str(tmp_path / "cut"), "--chunk", "32", "--agc-cut", "12"]) == 0
+    assert StepModel(tmp_path / "cut" / "cut.onnx").agc == AgcConfig(max_cut=12.0)
+    with pytest.raises(SystemExit, match="--agc-cut needs the level control"):
+        main(["export", str(run), "--out", str(tmp_path / "x"), "--chunk", "32", "--agc", "off", "--agc-cut", "12"])
     with pytest.raises(SystemExit, match="multiple of the network's total stride"):
         main(["export", str(run), "--out", str(tmp_path / "graph"), "--chunk", "30"])
     # a run's checkpoint exports too (an unfinished run has no model.safetensors yet)

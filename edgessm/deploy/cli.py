@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from edgessm.runtime.level import TASK_DEFAULTS, task_agc
@@ -58,8 +59,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                          "(DIR/calibration.json), stored in the graph; --threshold stays the fallback")  # fmt: skip
     ap.add_argument("--agc", choices=("auto", "on", "off"), default="auto",
                     help="the input level control the graph asks for (edgessm.runtime.level: quiet input raised "
-                         "to the level the model was trained on, never lowered; a denoiser's output gets its level "
-                         "back); auto: on for keyword spotters and denoisers, off for recognizers")  # fmt: skip
+                         "to the level the model was trained on, lowered only with --agc-cut; a denoiser's output "
+                         "gets its level back); auto: on for keyword spotters and denoisers, off for "
+                         "recognizers")  # fmt: skip
+    ap.add_argument("--agc-cut", type=float, metavar="DB",
+                    help="with the level control: loud running speech is also brought down toward its target, by "
+                         "at most DB (a close microphone; default 0: boost only)")  # fmt: skip
     ap.add_argument("--lm", metavar="NPZ",
                     help="recognizers: ship this word model (edgessm lm) as lm.npz; transcribe then decodes files "
                     "with it by beam search (--lm none there for greedy)")  # fmt: skip
@@ -129,6 +134,12 @@ def run(args: argparse.Namespace) -> int:
     if args.class_thresholds:
         meta["class_thresholds"] = json.dumps(_class_thresholds(args.class_thresholds, desc))
     agc = {"auto": TASK_DEFAULTS.get(desc["network"]), "on": task_agc(desc["network"]), "off": None}[args.agc]
+    if args.agc_cut is not None:
+        if agc is None:
+            raise SystemExit("edgessm export: --agc-cut needs the level control (--agc on, or auto for this task)")
+        if not args.agc_cut >= 0:
+            raise SystemExit(f"edgessm export: --agc-cut is 0 dB or more, got {args.agc_cut:g}")
+        agc = replace(agc, max_cut=args.agc_cut)
     if agc is not None:
         meta["input_agc"] = agc.to_json()
     k_max = getattr(net, "k_max", None)
