@@ -346,6 +346,28 @@ def test_session_report_has_wrong_word_rates_and_per_word_hits_at_the_headline_t
     assert "| **0.90** | 33.3% | - | 33.3% / - |" in md  # 1 of 3 hit; 'go' while 'no' was said
     assert "Sessions per word at 0.90" in md and "| no | 1 | 0.0% | yes | 2 | 50.0% |" in md
     assert "Wrong words (said → detected instead, times): no → go 1." in md and "up 5" not in md
+    # the quiet and the close-microphone sessions: one line each, from their own stream
+    quiet = {
+        "gain_db": -15.0,
+        "sweep": [{"threshold": 0.9, "by_background": {"session-quiet": by["session-commands"]}}],
+    }
+    loud = {"gain_db": 12.0, "sweep": [{"threshold": 0.9, "by_background": {"session-loud": by["session-commands"]}}]}
+    md = kws_markdown({"threshold": 0.9, "sessions": {"sweep": sweep}, "quiet_sessions": quiet, "loud_sessions": loud})
+    assert "A quiet microphone (the ten-command session -15 dB quieter" in md
+    assert (
+        "A close microphone (the ten-command session 12 dB louder: words at -18..-3 dBFS) at threshold 0.9: 33.3%" in md
+    )
+
+
+def test_loud_session_is_the_ten_command_session_louder_and_clipped() -> None:
+    places = [("yes", 1.0, 1.5)]
+    audio = np.full(16000, 0.2, np.float32)
+    sessions = [kws.StreamSet("session-35", audio * 0, []), kws.StreamSet("session-commands", audio, places)]
+    (loud,) = kws.loud_sessions(sessions)
+    assert loud.kind == "session-loud" and loud.placements == places
+    assert np.allclose(loud.audio, min(1.0, 0.2 * 10 ** (kws.LOUD_DB / 20)))  # 0.8: within full scale
+    (clipped,) = kws.loud_sessions([kws.StreamSet("session-commands", audio * 4, places)])
+    assert np.abs(clipped.audio).max() == 1.0
 
 
 def test_validation_keywords_are_real_for_words_with_enough_real_clips_and_say_which(monkeypatch, tmp_path) -> None:

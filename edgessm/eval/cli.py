@@ -226,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
         report["quiet_sessions"] = kws.stream_metrics(model, kws.quiet_sessions(sessions), [], [threshold], cfg,
                                                       progress)  # fmt: skip
         report["quiet_sessions"]["gain_db"] = kws.QUIET_DB
+        # and at a close microphone (the level control's cut lowers loud input)
+        report["loud_sessions"] = kws.stream_metrics(model, kws.loud_sessions(sessions), [], [threshold], cfg,
+                                                     progress)  # fmt: skip
+        report["loud_sessions"]["gain_db"] = kws.LOUD_DB
     return _write_report(report, kws_markdown, kws_plots, args.out)
 
 

@@ -226,12 +226,23 @@ def session_streams(per_stream: int = 200, seed: int = 0) -> list[StreamSet]:
 QUIET_DB = -15.0  # the quiet-microphone session: the ten-command session this much quieter
 
 
+LOUD_DB = 12.0  # the close-microphone session: the ten-command session this much louder
+
+
 def quiet_sessions(sessions: Sequence[StreamSet]) -> list[StreamSet]:
     """The ten-command session of :func:`session_streams` (``sessions``) played ``QUIET_DB`` quieter
     (``session-quiet``): a quiet microphone or a talker across the room, words at -45..-30 dBFS over a -65 dBFS
     room."""
     s = next(s for s in sessions if s.kind == "session-commands")
     return [StreamSet("session-quiet", (s.audio * 10 ** (QUIET_DB / 20)).astype(np.float32), s.placements)]
+
+
+def loud_sessions(sessions: Sequence[StreamSet]) -> list[StreamSet]:
+    """The ten-command session of :func:`session_streams` (``sessions``) played ``LOUD_DB`` louder
+    (``session-loud``): a close microphone, words at -18..-3 dBFS, clipped at full scale as a microphone clips."""
+    s = next(s for s in sessions if s.kind == "session-commands")
+    loud = np.clip(s.audio * 10 ** (LOUD_DB / 20), -1.0, 1.0).astype(np.float32)
+    return [StreamSet("session-loud", loud, s.placements)]
 
 
 def keyword_free_hour(seconds: float = 3600.0, seed: int = 1, speech_source: str = "real") -> list[StreamSet]:

@@ -132,6 +132,16 @@ def kws_markdown(report: dict) -> str:
                 f"commands, wrong word {_pct(by['wrong_words'] / max(1, by['hits'] + by['misses']))}.",
                 "",
             ]
+        loud = report.get("loud_sessions")
+        if loud:
+            row = loud["sweep"][0]
+            by = row["by_background"]["session-loud"]
+            lines += [
+                f"A close microphone (the ten-command session {loud['gain_db']:g} dB louder: words at "
+                f"-18..-3 dBFS) at threshold {row['threshold']:g}: {_pct(by['detection_rate'])} of the "
+                f"commands, wrong word {_pct(by['wrong_words'] / max(1, by['hits'] + by['misses']))}.",
+                "",
+            ]
         lines += _session_words(sessions, th)
     return "\n".join(lines)
 
