@@ -122,23 +122,17 @@ def kws_markdown(report: dict) -> str:
             lines.append(f"| {_threshold(row, th)} | {hit[0]} | {hit[1]} | {wrong[0]} / {wrong[1]} | "
                          f"{reach[0]} / {reach[1]} |")  # fmt: skip
         lines.append("")
-        quiet = report.get("quiet_sessions")
-        if quiet:
-            row = quiet["sweep"][0]
-            by = row["by_background"]["session-quiet"]
+        for key, kind, how, words in (("quiet_sessions", "session-quiet", "A quiet microphone", "-45..-30"),
+                                      ("loud_sessions", "session-loud", "A close microphone", "-18..-3")):  # fmt: skip
+            played = report.get(key)
+            if not played:
+                continue
+            row = played["sweep"][0]
+            by = row["by_background"][kind]
+            gain = played["gain_db"]
             lines += [
-                f"A quiet microphone (the ten-command session {quiet['gain_db']:g} dB quieter: words at "
-                f"-45..-30 dBFS) at threshold {row['threshold']:g}: {_pct(by['detection_rate'])} of the "
-                f"commands, wrong word {_pct(by['wrong_words'] / max(1, by['hits'] + by['misses']))}.",
-                "",
-            ]
-        loud = report.get("loud_sessions")
-        if loud:
-            row = loud["sweep"][0]
-            by = row["by_background"]["session-loud"]
-            lines += [
-                f"A close microphone (the ten-command session {loud['gain_db']:g} dB louder: words at "
-                f"-18..-3 dBFS) at threshold {row['threshold']:g}: {_pct(by['detection_rate'])} of the "
+                f"{how} (the ten-command session {gain:g} dB {'quieter' if gain < 0 else 'louder'}: words at "
+                f"{words} dBFS) at threshold {row['threshold']:g}: {_pct(by['detection_rate'])} of the "
                 f"commands, wrong word {_pct(by['wrong_words'] / max(1, by['hits'] + by['misses']))}.",
                 "",
             ]
