@@ -76,6 +76,7 @@ RECIPES = [
     "denoise_v3_df",
     "kws_v8",
     "denoise_v5",  # the gated deep filter
+    "kws_v11",
 ]
 
 

@@ -85,6 +85,7 @@ __all__ = [
     "reverb_pair",
     "sample_spec_masks",
     "scale_noise",
+    "set_active_level",
     "set_level",
     "shared_data_dir",
     "shift",
@@ -124,6 +125,12 @@ def active_level_dbfs(x: np.ndarray, frame: int = 160) -> float:
     loud = np.sort(powers)[::-1][: max(1, n // 3)]
     p = float(np.mean(loud))
     return 10.0 * np.log10(p) if p > _SILENT_POWER else float("-inf")
+
+
+def set_active_level(x: np.ndarray, dbfs: float) -> np.ndarray:
+    """``x`` scaled so its :func:`active_level_dbfs` is ``dbfs`` (silent input returned as it is). float32."""
+    level = active_level_dbfs(x)
+    return np.asarray(x, np.float32) if not np.isfinite(level) else (x * 10 ** ((dbfs - level) / 20)).astype(np.float32)
 
 
 def set_level(x: np.ndarray, dbfs: float) -> np.ndarray:

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgessm.data.audio import SAMPLE_RATE, speech_bounds, speech_span
-from edgessm.data.augment import active_level_dbfs
+from edgessm.data.augment import set_active_level
 from edgessm.data.corpora import CorpusError
 from edgessm.data.labels import SILENCE, UNKNOWN, task_labels
 from edgessm.data.manifest import Clip, assign_split
@@ -129,9 +129,7 @@ class KwsTask(Task):
         """``x`` at an active level uniform in ``level_dbfs`` (unchanged, and no draw, when that is empty)."""
         if not self.data.level_dbfs:
             return x
-        lo, hi = self.data.level_dbfs
-        target, level = r.uniform(lo, hi), active_level_dbfs(x)
-        return x if not np.isfinite(level) else (x * 10 ** ((target - level) / 20)).astype(np.float32)
+        return set_active_level(x, r.uniform(*self.data.level_dbfs))
 
     def _talker_range(self) -> tuple[float, float]:
         """The RMS levels (dBFS) of the talkers and keywords in an example's context."""

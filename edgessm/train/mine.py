@@ -40,7 +40,7 @@ def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Ite
     import numpy as np
 
     from edgessm.data.audio import load_audio
-    from edgessm.data.augment import active_level_dbfs
+    from edgessm.data.augment import set_active_level
     from edgessm.eval.kws import covered, graph_logits
     from edgessm.runtime.kws import KeywordDecider
 
@@ -50,9 +50,8 @@ def mine_recordings(model, paths: Sequence[str], config, progress: Callable[[Ite
     seconds = 0.0
     for path in progress(paths):
         audio = load_audio(path, info.sample_rate)[0]
-        level = active_level_dbfs(audio) if level_dbfs is not None else float("nan")
-        if np.isfinite(level):
-            audio = np.clip(audio * 10 ** ((level_dbfs - level) / 20), -1.0, 1.0).astype(np.float32)
+        if level_dbfs is not None:
+            audio = np.clip(set_active_level(audio, level_dbfs), -1.0, 1.0)
         seconds += len(audio) / info.sample_rate
         logits = graph_logits(model, audio)
         decider = KeywordDecider(info.labels, frame_s, config)
