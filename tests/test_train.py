@@ -273,6 +273,31 @@ def test_recorded_clips_can_be_drawn_more_often(sc_folder: Path, tmp_path: Path)
         build_task(cfg).train_set()
 
 
+def test_word_repeats_draw_one_words_recorded_clips_more_often(sc_folder: Path) -> None:
+    """word_repeats = {"no": 2}: each recorded *no* is two positions of the pass and two entries of the context
+    keywords' pool, every other clip one; a word the recipe does not have, or a count below 1, is refused."""
+    from edgessm.train.tasks import build_task
+
+    cfg = kws_config(sc_folder)
+    base = build_task(cfg)
+    base.train_set()
+    cfg.data = {**cfg.data, "word_repeats": {"no": 2}}
+    task = build_task(cfg)
+    task.train_set()
+    no = task.labels.index("no")
+    items = task.items["train"]
+    assert any(lab == no for _, lab in items) and any(lab != no for _, lab in items)
+    for i, (_, lab) in enumerate(items):
+        assert task.train_order.count(i) == (2 if lab == no else 1)
+        assert task.keyword_train.count(i) == (2 if lab == no else base.keyword_train.count(i))
+    n_no = sum(lab == no for _, lab in items)
+    assert len(task.train_order) == len(base.train_order) + n_no
+    for bad, message in (({"nope": 2}, "not words of"), ({"no": 0}, "whole numbers >= 1")):
+        cfg.data = {**cfg.data, "word_repeats": bad}
+        with pytest.raises(ValueError, match=message):
+            build_task(cfg)
+
+
 def _kws_task_with_sentences(sc_folder: Path, folder: Path, clips: list, **data):
     """A prepared KWS task over the test Speech Commands folder plus ``clips`` (written as a manifest in
     ``folder``), with hard negatives so the sentence pool is built; ``data`` overrides ``[data]``."""
@@ -1116,6 +1141,49 @@ def test_denoise_gain_supervision_scores_the_gains_and_needs_a_mask_network(tmp_
                               bottleneck_states=8, n_bottleneck=1)  # fmt: skip
     with pytest.raises(ValueError, match="spectral"):
         task.loss(hourglass, batch, 0.5)
+
+
+def test_denoise_gain_error_in_decibels_reads_the_floor_and_needs_gain_supervision() -> None:
+    """mask_db_weight: the mean floored dB gap between the gains and the ideal mask, over the floor's depth: gains of
+    -20 dB where the ideal is -40 dB (the floor) score 0.5, and deeper than the floor counts as the floor."""
+    from edgessm.train.denoise_task import _floored_db
+
+    t = torch.full((1, 3, 2), 0.01)  # -40 dB
+
+    def gap(g: float) -> float:
+        return float((_floored_db(torch.full_like(t, g), -40) - _floored_db(t, -40)).abs().mean() / 40)
+
+    assert gap(0.1) == pytest.approx(0.5) and gap(1e-4) == pytest.approx(0.0) and gap(1.0) == pytest.approx(1.0)
+
+
+def test_denoise_gain_error_in_decibels_trains_the_gains(tmp_path: Path) -> None:
+    import numpy as np
+
+    from edgessm.nets import build_network
+    from edgessm.train.tasks import DenoiseTask
+
+    clean, noise = clean_and_noise_folders(tmp_path / "data")
+    data = {"sources": [f"folder:{clean}"], "noise": [f"noise:{noise}"], "val_noise_holdout": ["hum.wav"],
+            "segment_samples": 3200, "mask_weight": 1.0, "mask_db_weight": 0.5}  # fmt: skip
+    spectral = {"arch": "spectral", "channels": [8], "states": [4], "kinds": ["pointwise"], "bands": 8}
+
+    def task(**changes):
+        return DenoiseTask(TrainConfig.from_dict({"task": "denoise", "model": spectral, "data": {**data, **changes}}))
+
+    with_db = task()
+    with_db._prepare()
+    items = [with_db._example("train", i, np.random.default_rng(i)) for i in range(2)]
+    batch = {k: torch.stack([torch.from_numpy(it[k]) for it in items]) for k in ("noisy", "clean")}
+    net = build_network("denoise", **spectral)
+    loss, parts = with_db.loss(net, batch, 0.5)
+    without, _ = task(mask_db_weight=0.0).loss(net, batch, 0.5)
+    assert 0 < float(parts["mask_db"]) <= 1
+    assert float(loss - without) == pytest.approx(0.5 * float(parts["mask_db"]), rel=1e-4)
+    loss.backward()
+    assert net.head.weight.grad.abs().sum() > 0
+    for bad, message in (({"mask_db_floor": 0.0}, "below 0 dB"), ({"mask_weight": 0.0}, "needs data.mask_weight")):
+        with pytest.raises(ValueError, match=message):
+            task(**bad).loss(net, batch, 0.5)
 
 
 def test_bf16_autocast_trains_on_cpu(sc_folder: Path, tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ context, hard negatives and frame-level targets (:class:`KwsTask`); its validati
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -104,6 +104,11 @@ class KwsData:
     # sentence window, mined spot and context talker to a level uniform in it, before augmentation: level alone
     # no longer tells a keyword from other speech.
     level_dbfs: tuple[float, ...] = ()
+    # Per-word draws of the recorded training clips (``{"no": 2}``: each recorded clip of *no* twice per pass, and
+    # twice as likely as a context keyword), times ``real_repeats``. Speech Commands has about half as many
+    # clips and speakers for no, go, left and right (~900, 640 speakers) as for the other six commands (~2,100,
+    # 1,080): with a uniform draw the network learns those four as half as likely, and they are the ones it misses.
+    word_repeats: dict[str, int] = field(default_factory=dict)
 
 
 class KwsTask(Task):
@@ -122,6 +127,12 @@ class KwsTask(Task):
                                      -80 <= self.data.level_dbfs[0] <= self.data.level_dbfs[1] <= 0):  # fmt: skip
             raise ValueError(f"data.level_dbfs must be [low, high] dBFS with -80 <= low <= high <= 0, "
                              f"got {list(self.data.level_dbfs)}")  # fmt: skip
+        strange = sorted(set(self.data.word_repeats) - set(labels) - {UNKNOWN, SILENCE})
+        if strange:
+            raise ValueError(f"data.word_repeats names {strange}, which are not words of '{self.data.words}'")
+        low = {w: n for w, n in self.data.word_repeats.items() if not (isinstance(n, int) and n >= 1)}
+        if low:
+            raise ValueError(f"data.word_repeats must be whole numbers >= 1, got {low}")
         self._prepared = False
         self._deferred: int | None = None  # with device mixing: the batch's microphone sections (device_mixer)
 
@@ -220,15 +231,23 @@ class KwsTask(Task):
         self.music = MusicBank(pieces, seed=self.cfg.train.seed, cache=True) if pieces else None
         self.augment = build_augment(self.cfg.augment, self.noises, babble_speech=babble, music=self.music)
         self.unknown_train = [i for i, (_, lab) in enumerate(splits["train"]) if self.labels[lab] == UNKNOWN]
-        self.keyword_train = [i for i, (_, lab) in enumerate(splits["train"])
-                              if self.labels[lab] not in (UNKNOWN, SILENCE)]  # fmt: skip
+        self.keyword_train = [i for i, (c, lab) in enumerate(splits["train"])
+                              if self.labels[lab] not in (UNKNOWN, SILENCE)
+                              for _ in range(self._word_draws(c, lab, real_repeats=1))]  # fmt: skip
         net = self.build_model()  # the head's window in samples (frames x stride; 0: the whole example)
         self.window_samples = max(0, net.cfg.window) * net.stride or self.data.clip_samples
         # the training pass in item order; recorded clips repeated (silence and hard negatives follow it)
-        self.train_order = [i for i, (c, _) in enumerate(splits["train"])
-                            for _ in range(1 if c.source.startswith("synth") else self.data.real_repeats)]  # fmt: skip
+        self.train_order = [i for i, (c, lab) in enumerate(splits["train"])
+                            for _ in range(self._word_draws(c, lab, self.data.real_repeats))]  # fmt: skip
         self._prepare_mined(clips, splits["train"])
         self._prepared = True
+
+    def _word_draws(self, clip: Clip, label: int, real_repeats: int) -> int:
+        """How many times a training clip is drawn per pass: synthetic once, recorded ``real_repeats`` times
+        ``word_repeats`` of its word."""
+        if clip.source.startswith("synth"):
+            return 1
+        return real_repeats * self.data.word_repeats.get(self.labels[label], 1)
 
     def _prepare_mined(self, sentences: list[Clip], train: list[tuple[Clip, int]]) -> None:
         """The mined negatives (``mined_negatives``) and where their recordings are decoded."""
