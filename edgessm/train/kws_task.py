@@ -107,7 +107,8 @@ class KwsData:
     # Per-word draws of the recorded training clips (``{"no": 2}``: each recorded clip of *no* twice per pass, and
     # twice as likely as a context keyword), times ``real_repeats``. Speech Commands has about half as many
     # clips and speakers for no, go, left and right (~900, 640 speakers) as for the other six commands (~2,100,
-    # 1,080): with a uniform draw the network learns those four as half as likely, and they are the ones it misses.
+    # 1,080): with a uniform draw the network learns those four as half as likely a priori (recipe kws_v12 draws them
+    # twice: more left and right caught, not more no, whose misses are mostly other keywords named).
     word_repeats: dict[str, int] = field(default_factory=dict)
 
 
