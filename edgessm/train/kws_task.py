@@ -108,7 +108,7 @@ class KwsData:
     # twice as likely as a context keyword), times ``real_repeats``. Speech Commands has about half as many
     # clips and speakers for no, go, left and right (~900, 640 speakers) as for the other six commands (~2,100,
     # 1,080): with a uniform draw the network learns those four as half as likely a priori (recipe kws_v12 draws them
-    # twice: more left and right caught, not more no, whose misses are mostly other keywords named).
+    # twice: more left and right caught, not more no, about half of whose misses name another keyword).
     word_repeats: dict[str, int] = field(default_factory=dict)
 
 
