@@ -105,13 +105,11 @@ def main() -> None:
                 "sig": mos["sig_mos"], "bak": mos["bak_mos"], "ovrl": mos["ovrl_mos"],
             })  # fmt: skip
         # mean gains on speech-dominated units (ideal > 0.8) and on noise-dominated ones (ideal < 0.2)
-        for name, e in gains.items():
-            rows.setdefault(f"gain: {name}", []).append(
-                {"speech": float(e[t > 0.8].mean()), "noise": float(e[t < 0.2].mean())}
-            )
-        rows.setdefault("gain: ideal", []).append(
-            {"speech": float(t[t > 0.8].mean()), "noise": float(t[t < 0.2].mean())}
-        )
+        for name, e in {**gains, "ideal": t}.items():
+            rows.setdefault(f"gain: {name}", []).append({
+                "speech": float(e[t > 0.8].mean()), "noise": float(e[t < 0.2].mean()),
+                "noise_db": 20 * torch.log10(e[t < 0.2].clamp_min(1e-3)),  # floored at -60 dB
+            })  # fmt: skip
 
     print(f"{args.model}, {args.mixtures} validation mixtures, ideal exponent {args.exponent}")
     print(f"| {'system':<28} | PESQ | SIG | BAK | OVRL |\n|---|---:|---:|---:|---:|")
@@ -120,11 +118,13 @@ def main() -> None:
             continue
         mean = {k: float(np.mean([r[k] for r in rs])) for k in rs[0]}
         print(f"| {name:<28} | {mean['pesq']:.2f} | {mean['sig']:.2f} | {mean['bak']:.2f} | {mean['ovrl']:.2f} |")
-    print("\n| mean gain | speech units (ideal > 0.8) | noise units (ideal < 0.2) |\n|---|---:|---:|")
+    print("\n| mean gain | speech units (ideal > 0.8) | noise units (ideal < 0.2) | noise units in dB: mean (median) |")
+    print("|---|---:|---:|---:|")
     for name, rs in rows.items():
         if name.startswith("gain: "):
             speech, noise = np.mean([r["speech"] for r in rs]), np.mean([r["noise"] for r in rs])
-            print(f"| {name[6:]} | {speech:.3f} | {noise:.3f} |")
+            db = torch.cat([r["noise_db"] for r in rs])  # every noise-dominated unit of every mixture
+            print(f"| {name[6:]} | {speech:.3f} | {noise:.3f} | {float(db.mean()):.1f} ({float(db.median()):.1f}) |")
 
 
 if __name__ == "__main__":

@@ -63,8 +63,8 @@ class DenoiseData:
     mask_power: float = 0.5
     # Gain error in decibels: mean |dB(g) - dB(t)| over the units, both floored at `mask_db_floor`, divided by the
     # floor's depth. The compressed MSE above barely tells -20 dB from -40 dB (sqrt gains 0.32 and 0.1): denoise v8's
-    # gains on noise-dominated units sit at a median -21 dB where the ideal mask's is -43 dB and RNNoise's output
-    # about -39, and the noise that is left costs DNSMOS SIG as well as BAK (`tools/denoise_gain_study.py`).
+    # gains on noise-dominated units sit at a mean -28 dB where the ideal mask's is -40 dB and RNNoise's output
+    # also -40, and the noise that is left costs DNSMOS SIG as well as BAK (`tools/denoise_gain_study.py`).
     mask_db_weight: float = 0.0
     mask_db_floor: float = -40.0
     # Deep filter (`model.df_order` > 0): MSE of the power-compressed complex spectra (|z|^c e^{i arg z}) of
@@ -125,6 +125,11 @@ class DenoiseTask(Task):
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
         self.data = data_config(DenoiseData, cfg.data)
+        if self.data.mask_db_weight:
+            if not self.data.mask_weight:
+                raise ValueError("data.mask_db_weight scores the gains against the ideal mask: needs data.mask_weight")
+            if not self.data.mask_db_floor < 0:
+                raise ValueError(f"data.mask_db_floor must be below 0 dB, got {self.data.mask_db_floor}")
         self._prepared = False
 
     def _prepare(self) -> None:
@@ -322,8 +327,6 @@ class DenoiseTask(Task):
             parts["mask"] = mask.detach()
             if self.data.mask_db_weight:
                 floor = self.data.mask_db_floor
-                if not floor < 0:
-                    raise ValueError(f"data.mask_db_floor must be below 0 dB, got {floor}")
                 gap = (_floored_db(gains.float(), floor) - _floored_db(target, floor)).abs()
                 mask_db = (gap * valid).sum() / valid.sum().clamp_min(1.0) / -floor
                 parts["mask_db"] = mask_db.detach()
@@ -337,8 +340,6 @@ class DenoiseTask(Task):
                 )
                 parts["df"] = df.detach()
         else:
-            if self.data.mask_db_weight:
-                raise ValueError("data.mask_db_weight scores the gains against the ideal mask: needs data.mask_weight")
             out = net(batch["noisy"])
         est, ref = _aligned(net, out.float() / scale, batch["clean"].float() / scale)
         wave = F.smooth_l1_loss(est, ref, beta=0.5)
