@@ -1346,3 +1346,84 @@ def test_frozen_modules_keep_their_weights_while_the_rest_trains(sc_folder: Path
     trainer = Trainer(fb, tmp_path / "f", device="cpu", progress=False)
     names = {n for n, p in trainer.model.named_parameters() if not p.requires_grad}
     assert names and all(n.startswith("backbone.layers.0.") for n in names)
+
+
+@pytest.fixture(scope="module")
+def kws_teacher(sc_folder: Path, tmp_path_factory) -> Path:
+    """A finished tiny keyword-spotting run: the teacher of the distillation tests."""
+    run = tmp_path_factory.mktemp("teacher") / "run"
+    Trainer(kws_config(sc_folder, steps=10), run, device="cpu", progress=False).fit()
+    return run
+
+
+def test_distillation_matches_the_teachers_softened_posteriors(sc_folder: Path, kws_teacher: Path) -> None:
+    """The distillation term is T^2 KL(teacher || student) over every frame: zero for the teacher itself, positive
+    for another network, and part of the loss (logged as ``distill``) with ``data.distill_weight``."""
+    from edgessm.deploy.load import load_trained
+    from edgessm.train.tasks import build_task
+
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "distill_model": str(kws_teacher), "distill_weight": 1.0, "distill_temperature": 2.0}
+    task = build_task(cfg)
+    ds = task.train_set()
+    items = task.collate([ds[(i, i)] for i in range(4)])
+    teacher, _ = load_trained(kws_teacher)
+    with torch.no_grad():
+        own = task.distill_loss(teacher(items["audio"], all_frames=True).float(), items["audio"])
+    assert abs(float(own)) < 1e-6
+    student = task.build_model()
+    loss, parts = task.loss(student, items, 0.0)
+    assert loss.requires_grad and float(parts["distill"]) > 1e-4
+    plain = build_task(kws_config(sc_folder))
+    plain.train_set()
+    torch.manual_seed(0)
+    base, base_parts = plain.loss(student, items, 0.0)
+    assert "distill" not in base_parts
+    assert float(loss.detach()) == pytest.approx(float(base.detach()) + float(parts["distill"]), rel=1e-4)
+    assert all(not p.requires_grad for p in task.teacher(torch.device("cpu")).parameters())
+
+
+def test_distillation_training_brings_the_student_to_the_teacher(sc_folder: Path, kws_teacher: Path,
+                                                                 tmp_path: Path) -> None:  # fmt: skip
+    """Trained with the distillation term, a student ends nearer the teacher's posteriors than the same training
+    on the labels alone, and the run logs the term."""
+    from edgessm.deploy.load import load_trained
+    from edgessm.train.tasks import build_task
+
+    def trained(distill_weight: float, out: Path):
+        cfg = kws_config(sc_folder, steps=30)
+        if distill_weight:
+            cfg.data.update(distill_model=str(kws_teacher), distill_weight=distill_weight)
+        Trainer(cfg, out, device="cpu", progress=False).fit()
+        return load_trained(out)[0]
+
+    with_kd, without = trained(3.0, tmp_path / "kd"), trained(0.0, tmp_path / "plain")
+    assert len(_losses(tmp_path / "kd", "distill")) == 30
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "distill_model": str(kws_teacher), "distill_weight": 1.0}
+    task = build_task(cfg)
+    ds = task.train_set()
+    items = task.collate([ds[(i, i)] for i in range(16)])
+    with torch.no_grad():
+        near, far = (float(task.distill_loss(n(items["audio"], all_frames=True).float(), items["audio"]))
+                     for n in (with_kd, without))  # fmt: skip
+    assert near < 0.5 * far
+
+
+def test_distillation_settings_are_checked(sc_folder: Path, kws_teacher: Path) -> None:
+    from edgessm.train.tasks import build_task
+
+    cfg = kws_config(sc_folder)
+    teacher = {"distill_model": str(kws_teacher)}
+    for bad, message in (({"distill_weight": 1.0}, "needs data.distill_model"),
+                         ({**teacher, "distill_weight": -1.0}, "distill_weight must be >= 0"),
+                         ({**teacher, "distill_temperature": 0.0}, "temperature > 0")):  # fmt: skip
+        cfg.data = {**kws_config(sc_folder).data, **bad}
+        with pytest.raises(ValueError, match=message):
+            build_task(cfg)
+    cfg.data = {**kws_config(sc_folder).data, "words": "sc35", "distill_model": str(kws_teacher), "distill_weight": 1.0}
+    task = build_task(cfg)
+    task.train_set()
+    items = task.collate([task.train_set()[(i, i)] for i in range(2)])
+    with pytest.raises(ValueError, match="not a keyword spotter of this task's"):
+        task.loss(task.build_model(), items, 0.0)

@@ -110,6 +110,16 @@ class KwsData:
     # 1,080): with a uniform draw the network learns those four as half as likely a priori (recipe kws_v12 draws them
     # twice: more left and right caught, not more no, about half of whose misses name another keyword).
     word_repeats: dict[str, int] = field(default_factory=dict)
+    # Distillation from a trained keyword spotter (``distill_model``: a shipped name, model folder or finished
+    # run, with this task's labels and frame rate): at every frame of every example the network also learns the
+    # teacher's posteriors, softened by ``distill_temperature``, with weight ``distill_weight`` (Hinton et al.
+    # 2015: ``T^2`` times the Kullback-Leibler divergence of the softened distributions). The teacher hears the
+    # same augmented audio; it costs one forward pass of it per step. A small network (kws35-es) learns from a
+    # larger one (kws35) what its hard labels do not say: how like each other words sound, and where in running
+    # speech and music the larger one learnt, from its mined negatives, to stay silent.
+    distill_model: str = ""
+    distill_weight: float = 0.0
+    distill_temperature: float = 2.0
 
 
 class KwsTask(Task):
@@ -134,6 +144,13 @@ class KwsTask(Task):
         low = {w: n for w, n in self.data.word_repeats.items() if not (isinstance(n, int) and n >= 1)}
         if low:
             raise ValueError(f"data.word_repeats must be whole numbers >= 1, got {low}")
+        if self.data.distill_weight < 0 or self.data.distill_temperature <= 0:
+            raise ValueError(f"data.distill_weight must be >= 0 and data.distill_temperature > 0, got "
+                             f"{self.data.distill_weight}, {self.data.distill_temperature}")  # fmt: skip
+        if self.data.distill_weight > 0 and not self.data.distill_model:
+            raise ValueError("data.distill_weight > 0 needs data.distill_model (a shipped keyword spotter such as "
+                             "'kws35', a model folder or a finished training run)")  # fmt: skip
+        self._teachers: dict[str, nn.Module] = {}  # the distillation teacher per device, loaded at its first use
         self._prepared = False
         self._deferred: int | None = None  # with device mixing: the batch's microphone sections (device_mixer)
 
@@ -424,8 +441,45 @@ class KwsTask(Task):
         self._prepare()
         return bool(self.items["validation"])
 
+    def teacher(self, device: torch.device) -> nn.Module:
+        """The distillation teacher (``distill_model``) on ``device``, in eval mode, frozen; checked against this
+        task's labels when first loaded."""
+        key = str(device)
+        if key not in self._teachers:
+            from edgessm.deploy.load import load_trained
+
+            net, desc = load_trained(self.data.distill_model)
+            labels = list(desc.get("labels", []))
+            if desc.get("network") != "kws" or labels != self.labels:
+                raise ValueError(
+                    f"data.distill_model {self.data.distill_model!r} is not a keyword spotter of this "
+                    f"task's {len(self.labels)} labels (it has {len(labels)}: {labels[:4]}...)"
+                )
+            for p in net.parameters():
+                p.requires_grad_(False)
+            self._teachers[key] = net.eval().to(device)
+        return self._teachers[key]
+
+    def distill_loss(self, frames: Tensor, audio: Tensor) -> Tensor:
+        """``T^2 KL(teacher || student)`` of the softened posteriors, averaged over every frame of every example;
+        ``frames`` the student's logits ``(B, C, F)`` for ``audio``."""
+        teacher = self.teacher(frames.device)
+        with torch.no_grad():
+            target = teacher(audio, all_frames=True).float()
+        if target.shape != frames.shape:
+            raise ValueError(
+                f"data.distill_model gives {tuple(target.shape)} frame logits where this network gives "
+                f"{tuple(frames.shape)}: teacher and student must share labels and frame rate"
+            )
+        t = self.data.distill_temperature
+        log_q = F.log_softmax(target / t, dim=1)
+        log_p = F.log_softmax(frames / t, dim=1)
+        kl = (log_q.exp() * (log_q - log_p)).sum(1)  # (B, F)
+        return kl.mean() * t * t
+
     def loss(self, net, batch, progress):
-        if self.data.frame_loss <= 0:
+        distill = self.data.distill_weight > 0
+        if self.data.frame_loss <= 0 and not distill:
             logits = net(batch["audio"])
             loss = F.cross_entropy(logits.float(), batch["label"])
             acc = (logits.argmax(-1) == batch["label"]).float().mean()
@@ -433,6 +487,14 @@ class KwsTask(Task):
         frames = net(batch["audio"], all_frames=True).float()  # (B, C, F)
         logits = frames[..., -1]  # the clip decision, as without frame supervision
         clip_loss = F.cross_entropy(logits, batch["label"])
+        acc = (logits.argmax(-1) == batch["label"]).float().mean()
+        extra: dict[str, Tensor] = {}
+        if distill:
+            kd = self.distill_loss(frames, batch["audio"])
+            clip_loss = clip_loss + self.data.distill_weight * kd
+            extra["distill"] = kd.detach()
+        if self.data.frame_loss <= 0:
+            return clip_loss, {"acc": acc, **extra}
         bg, pos = frame_targets(batch, self.labels, int(_unwrap(net).stride), frames.shape[-1])
         logp = F.log_softmax(frames, dim=1)
         background = [self.labels.index(c) for c in (UNKNOWN, SILENCE) if c in self.labels]
@@ -441,9 +503,8 @@ class KwsTask(Task):
         bg_loss = -(bg_logp * bg).sum() / bg.sum().clamp_min(1)
         pos_loss = -(kw_logp * pos).sum() / pos.sum().clamp_min(1)
         loss = clip_loss + self.data.frame_loss * (bg_loss + pos_loss)
-        acc = (logits.argmax(-1) == batch["label"]).float().mean()
         fires = ((bg_logp.exp() < 0.5) & (bg > 0)).float().sum() / bg.sum().clamp_min(1)
-        return loss, {"acc": acc, "bg_loss": bg_loss.detach(), "pos_loss": pos_loss.detach(), "bg_fire": fires}
+        return loss, {"acc": acc, "bg_loss": bg_loss.detach(), "pos_loss": pos_loss.detach(), "bg_fire": fires, **extra}
 
     def evaluate(self, model, device, max_batches=0):
         self._prepare()
