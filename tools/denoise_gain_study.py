@@ -39,17 +39,13 @@ def main() -> None:
     ap.add_argument("--peers", default="rnnoise", help="rnnoise or none")
     args = ap.parse_args()
     import torch
+    from mask_study import load_mask_denoiser, validation_pairs
     from pesq import pesq
     from speechmos import dnsmos
 
-    from edgessm.deploy.load import load_trained
-    from edgessm.eval.denoise import SAMPLE_RATE, mixtures
+    from edgessm.eval.denoise import SAMPLE_RATE
 
-    torch.set_num_threads(1)
-    net, _ = load_trained(args.model)
-    net.eval()
-    if not hasattr(net, "oracle_gains"):
-        raise SystemExit(f"{args.model} is not a spectral mask denoiser (model.arch = 'spectral')")
+    net = load_mask_denoiser(args.model)
     # which gains lie above the split: ERB bands by centre (the gain map spreads each over its bins), fine bins
     # by their own frequency
     spread = net.gain_map[:, : net.bins]  # (bands + fine, bins): each gain's weight on each bin
@@ -57,12 +53,12 @@ def main() -> None:
     centre = (spread * bin_hz).sum(1) / spread.sum(1).clamp_min(1e-9)
     high = (centre >= args.split_hz).float()
 
-    ms = mixtures("validation", per_speaker=1)[: args.mixtures]
+    pairs = list(validation_pairs(net, args.mixtures))
     peer = None
     if args.peers == "rnnoise":
         from edgessm.eval.peers import Peer
 
-        peer = Peer("rnnoise", ms[0].noisy)
+        peer = Peer("rnnoise", pairs[0][0].noisy)
 
     def units(y: torch.Tensor) -> torch.Tensor:
         """Magnitudes of ``y (1, 1, T)`` at the gains' resolution, in the frames the network masks."""
@@ -74,10 +70,7 @@ def main() -> None:
         return (units(ahead) / units(x)).clamp(0, 2)
 
     rows: dict[str, list[dict[str, float]]] = {}
-    for m in ms:
-        pad = (-len(m.noisy)) % net.hop + net.hop
-        x = torch.nn.functional.pad(torch.as_tensor(m.noisy, dtype=torch.float32)[None, None], (0, pad))
-        c = torch.nn.functional.pad(torch.as_tensor(m.clean, dtype=torch.float32)[None, None], (0, pad))
+    for m, x, c in pairs:
         with torch.no_grad():
             y, g = net(x, with_gains=True)
             t, _ = net.oracle_gains(x, c, exponent=args.exponent)

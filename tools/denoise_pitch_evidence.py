@@ -74,22 +74,13 @@ def main() -> None:
     ap.add_argument("--max-lag", type=int, default=320, help="longest pitch period in samples (50 Hz)")
     args = ap.parse_args()
     import torch
+    from mask_study import load_mask_denoiser, validation_pairs
 
-    from edgessm.deploy.load import load_trained
-    from edgessm.eval.denoise import mixtures
-
-    torch.set_num_threads(1)
-    net, _ = load_trained(args.model)
-    net.eval()
-    if not hasattr(net, "oracle_gains"):
-        raise SystemExit(f"{args.model} is not a spectral mask denoiser (model.arch = 'spectral')")
+    net = load_mask_denoiser(args.model)
     hop, n_fft = net.hop, net.n_fft
     lags = torch.arange(args.min_lag, args.max_lag + 1)
     columns: list[np.ndarray] = []
-    for m in mixtures("validation", per_speaker=1)[: args.mixtures]:
-        pad = (-len(m.noisy)) % hop + hop
-        x = torch.nn.functional.pad(torch.as_tensor(m.noisy, dtype=torch.float32)[None, None], (0, pad))
-        c = torch.nn.functional.pad(torch.as_tensor(m.clean, dtype=torch.float32)[None, None], (0, pad))
+    for _, x, c in validation_pairs(net, args.mixtures):
         with torch.no_grad():
             _, g = net(x, with_gains=True)
             t, valid = net.oracle_gains(x, c, exponent=args.exponent)
@@ -99,9 +90,7 @@ def main() -> None:
             idx = (torch.arange(frames) * hop + args.max_lag)[:, None] + torch.arange(n_fft)[None]
             now = padded[idx]  # (F, n_fft)
             back = padded[idx[:, None, :] - lags[None, :, None]]  # (F, lags, n_fft)
-            r = (now[:, None] * back).sum(-1) / torch.sqrt(
-                (now * now).sum(-1)[:, None] * (back * back).sum(-1) + 1e-12
-            )
+            r = (now[:, None] * back).sum(-1) / torch.sqrt((now * now).sum(-1)[:, None] * (back * back).sum(-1) + 1e-12)
             best = r.argmax(1)
             strength = r.gather(1, best[:, None])[:, 0]  # the frame's pitch strength
             spec, delayed = net._dft(now[None])[0], net._dft(back[torch.arange(frames), best][None])[0]
