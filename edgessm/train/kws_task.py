@@ -114,9 +114,10 @@ class KwsData:
     # run, with this task's labels and frame rate): at every frame of every example the network also learns the
     # teacher's posteriors, softened by ``distill_temperature``, with weight ``distill_weight`` (Hinton et al.
     # 2015: ``T^2`` times the Kullback-Leibler divergence of the softened distributions). The teacher hears the
-    # same augmented audio; it costs one forward pass of it per step. A small network (kws35-es) learns from a
-    # larger one (kws35) what its hard labels do not say: how like each other words sound, and where in running
-    # speech and music the larger one learnt, from its mined negatives, to stay silent.
+    # same augmented audio; it costs one forward pass of it per step. A small network (kws35-es) can learn from a
+    # larger one (kws35) what its hard labels do not say: how alike words sound, and where the larger one stays
+    # silent. Measured (recipe kws_es_v6): the student caught more, but fired as often as without a teacher: soft
+    # targets do not replace the student's own mined negatives.
     distill_model: str = ""
     distill_weight: float = 0.0
     distill_temperature: float = 2.0
