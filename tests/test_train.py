@@ -1427,3 +1427,17 @@ def test_distillation_settings_are_checked(sc_folder: Path, kws_teacher: Path) -
     items = task.collate([task.train_set()[(i, i)] for i in range(2)])
     with pytest.raises(ValueError, match="not a keyword spotter of this task's"):
         task.loss(task.build_model(), items, 0.0)
+
+
+def test_the_kws35_es_distillation_recipe_fits_its_shipped_teacher() -> None:
+    """kws_es_v6 names the shipped kws35 as its teacher: same labels, same frames for the same audio."""
+    from edgessm.train.tasks import build_task
+
+    task = build_task(load_config("kws_es_v6"))
+    assert task.data.distill_model == "kws35" and task.data.distill_weight > 0
+    student = task.build_model().eval()
+    audio = torch.randn(2, 1, 32000) * 0.05
+    with torch.no_grad():
+        frames = student(audio, all_frames=True).float()
+        loss = task.distill_loss(frames, audio)
+    assert frames.shape == (2, len(task.labels), 100) and torch.isfinite(loss) and float(loss) > 0
