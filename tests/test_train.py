@@ -1441,3 +1441,22 @@ def test_the_kws35_es_distillation_recipe_fits_its_shipped_teacher() -> None:
         frames = student(audio, all_frames=True).float()
         loss = task.distill_loss(frames, audio)
     assert frames.shape == (2, len(task.labels), 100) and torch.isfinite(loss) and float(loss) > 0
+
+
+def test_distillation_trains_a_step_under_cpu_autocast(sc_folder: Path, kws_teacher: Path) -> None:
+    """Student and teacher under bf16 autocast (the GPU recipes' precision): the term stays finite, gradients reach
+    every trainable weight of the student and none of the teacher."""
+    from edgessm.train.tasks import build_task
+
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "distill_model": str(kws_teacher), "distill_weight": 1.0}
+    task = build_task(cfg)
+    ds = task.train_set()
+    items = task.collate([ds[(i, i)] for i in range(4)])
+    student = task.build_model()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, parts = task.loss(student, items, 0.0)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(parts["distill"]) and float(parts["distill"]) > 0
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in student.parameters() if p.requires_grad)
+    assert all(p.grad is None for p in task.teacher(torch.device("cpu")).parameters())

@@ -22,24 +22,20 @@ Prints a table; nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+from mask_study import load_mask_denoiser, study_arguments, validation_pairs
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", help="a spectral denoiser: shipped name, model folder or training run")
-    ap.add_argument("--mixtures", type=int, default=14, help="validation mixtures (one per speaker, kinds cycled)")
-    ap.add_argument("--exponent", type=float, default=0.75, help="the ideal mask exponent (irm_exponent)")
+    ap = study_arguments(__doc__)
     ap.add_argument("--split-hz", type=float, default=2000.0, help="the last row's edge")
     ap.add_argument("--peers", default="rnnoise", help="rnnoise or none")
     args = ap.parse_args()
     import torch
-    from mask_study import load_mask_denoiser, validation_pairs
     from pesq import pesq
     from speechmos import dnsmos
 

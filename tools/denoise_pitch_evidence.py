@@ -21,12 +21,12 @@ Prints a table; nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+from mask_study import load_mask_denoiser, study_arguments, validation_pairs
 
 
 def auc(score: np.ndarray, label: np.ndarray) -> float:
@@ -66,15 +66,11 @@ def logistic_fit(x: np.ndarray, y: np.ndarray, test: np.ndarray) -> tuple[float,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model", help="a spectral denoiser: shipped name, model folder or training run")
-    ap.add_argument("--mixtures", type=int, default=14, help="validation mixtures (one per speaker, kinds cycled)")
-    ap.add_argument("--exponent", type=float, default=0.75, help="the ideal mask exponent (irm_exponent)")
+    ap = study_arguments(__doc__)
     ap.add_argument("--min-lag", type=int, default=40, help="shortest pitch period in samples (400 Hz)")
     ap.add_argument("--max-lag", type=int, default=320, help="longest pitch period in samples (50 Hz)")
     args = ap.parse_args()
     import torch
-    from mask_study import load_mask_denoiser, validation_pairs
 
     net = load_mask_denoiser(args.model)
     hop, n_fft = net.hop, net.n_fft

@@ -3,8 +3,19 @@ and validation mixtures as it takes them. Imported by those scripts (a script's 
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from typing import Any
+
+
+def study_arguments(doc: str) -> argparse.ArgumentParser:
+    """A study's command line with what every mask study takes: the model, how many validation mixtures, the ideal
+    mask's exponent; the study adds its own options."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("model", help="a spectral denoiser: shipped name, model folder or training run")
+    ap.add_argument("--mixtures", type=int, default=14, help="validation mixtures (one per speaker, kinds cycled)")
+    ap.add_argument("--exponent", type=float, default=0.75, help="the ideal mask exponent (irm_exponent)")
+    return ap
 
 
 def load_mask_denoiser(model: str) -> Any:
