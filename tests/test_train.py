@@ -1356,6 +1356,17 @@ def kws_teacher(sc_folder: Path, tmp_path_factory) -> Path:
     return run
 
 
+def _distilling(sc_folder: Path, teacher: Path, **data):
+    """A tiny keyword task taught by ``teacher`` with the ``data`` settings, a batch of 4 and a fresh student."""
+    from edgessm.train.tasks import build_task
+
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "distill_model": str(teacher), **data}
+    task = build_task(cfg)
+    ds = task.train_set()
+    return task, task.collate([ds[(i, i)] for i in range(4)]), task.build_model()
+
+
 def test_distillation_matches_the_teachers_softened_posteriors(sc_folder: Path, kws_teacher: Path) -> None:
     """The distillation term is T^2 KL(teacher || student) over every frame: zero for the teacher itself, positive
     for another network, and part of the loss (logged as ``distill``) with ``data.distill_weight``."""
@@ -1415,8 +1426,10 @@ def test_distillation_settings_are_checked(sc_folder: Path, kws_teacher: Path) -
 
     cfg = kws_config(sc_folder)
     teacher = {"distill_model": str(kws_teacher)}
-    for bad, message in (({"distill_weight": 1.0}, "needs data.distill_model"),
-                         ({**teacher, "distill_weight": -1.0}, "distill_weight must be >= 0"),
+    for bad, message in (({"distill_weight": 1.0}, "distill_weight > 0 needs data.distill_model"),
+                         ({"distill_peak_weight": 1.0}, "distill_peak_weight > 0 needs data.distill_model"),
+                         ({**teacher, "distill_weight": -1.0}, "distill_peak_weight must be >= 0.*got -1"),
+                         ({**teacher, "distill_peak_weight": -1.0}, "must be >= 0.*got 0.0, -1"),
                          ({**teacher, "distill_temperature": 0.0}, "temperature > 0")):  # fmt: skip
         cfg.data = {**kws_config(sc_folder).data, **bad}
         with pytest.raises(ValueError, match=message):
@@ -1427,6 +1440,48 @@ def test_distillation_settings_are_checked(sc_folder: Path, kws_teacher: Path) -
     items = task.collate([task.train_set()[(i, i)] for i in range(2)])
     with pytest.raises(ValueError, match="not a keyword spotter of this task's"):
         task.loss(task.build_model(), items, 0.0)
+
+
+def test_peak_distillation_scores_each_keywords_highest_frame(sc_folder: Path) -> None:
+    """The peak term is the binary cross-entropy of each keyword's highest posterior over the frames against the
+    teacher's, summed over the keywords (the background classes left out); least where the peaks agree, and its
+    gradient reaches only the frame where a keyword peaks."""
+    from edgessm.train.tasks import build_task
+
+    cfg = kws_config(sc_folder)
+    cfg.data = {**cfg.data, "distill_model": "unused here", "distill_peak_weight": 1.0}
+    task = build_task(cfg)
+    c, f = len(task.labels), 7
+    keywords = [i for i, lab in enumerate(task.labels) if lab not in ("_unknown_", "_silence_")]
+    torch.manual_seed(0)
+    frames = torch.randn(3, c, f, requires_grad=True)
+    target = torch.randn(3, c, f) * 3
+    loss = task.peak_loss(frames, target)
+    m = torch.softmax(frames.detach().double(), 1)[:, keywords].amax(-1)
+    q = torch.softmax(target.double(), 1)[:, keywords].amax(-1)
+    manual = float(-(q * torch.log(m) + (1 - q) * torch.log(1 - m)).sum(1).mean())
+    assert float(loss.detach()) == pytest.approx(manual, rel=1e-5)
+    assert float(task.peak_loss(target, target)) < float(loss.detach())  # the teacher's own peaks: the least
+    loss.backward()
+    # per example and keyword one frame (its peak) gets a gradient through the keyword itself; the softmax
+    # passes it to the other classes of that frame only: frames where no keyword peaks get none
+    peak_frames = torch.softmax(frames.detach(), 1)[:, keywords].argmax(-1)  # (B, K)
+    touched = frames.grad.abs().sum(1) > 0  # (B, F)
+    for b in range(3):
+        assert set(torch.nonzero(touched[b]).flatten().tolist()) == set(peak_frames[b].tolist())
+
+
+def test_peak_distillation_is_part_of_the_loss(sc_folder: Path, kws_teacher: Path) -> None:
+    """With ``distill_peak_weight`` alone the loss adds the peak term (logged as ``peak``) and no frame KL."""
+    from edgessm.train.tasks import build_task
+
+    task, items, student = _distilling(sc_folder, kws_teacher, distill_peak_weight=0.5)
+    loss, parts = task.loss(student, items, 0.0)
+    assert "distill" not in parts and float(parts["peak"]) > 0
+    plain = build_task(kws_config(sc_folder))
+    plain.train_set()
+    base, _ = plain.loss(student, items, 0.0)
+    assert float(loss.detach()) == pytest.approx(float(base.detach()) + 0.5 * float(parts["peak"]), rel=1e-4)
 
 
 def test_the_kws35_es_distillation_recipe_fits_its_shipped_teacher() -> None:
@@ -1444,19 +1499,12 @@ def test_the_kws35_es_distillation_recipe_fits_its_shipped_teacher() -> None:
 
 
 def test_distillation_trains_a_step_under_cpu_autocast(sc_folder: Path, kws_teacher: Path) -> None:
-    """Student and teacher under bf16 autocast (the GPU recipes' precision): the term stays finite, gradients reach
-    every trainable weight of the student and none of the teacher."""
-    from edgessm.train.tasks import build_task
-
-    cfg = kws_config(sc_folder)
-    cfg.data = {**cfg.data, "distill_model": str(kws_teacher), "distill_weight": 1.0}
-    task = build_task(cfg)
-    ds = task.train_set()
-    items = task.collate([ds[(i, i)] for i in range(4)])
-    student = task.build_model()
+    """Student and teacher under bf16 autocast (the GPU recipes' precision): both terms stay finite, gradients
+    reach every trainable weight of the student and none of the teacher."""
+    task, items, student = _distilling(sc_folder, kws_teacher, distill_weight=1.0, distill_peak_weight=1.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         loss, parts = task.loss(student, items, 0.0)
     loss.backward()
-    assert torch.isfinite(loss) and torch.isfinite(parts["distill"]) and float(parts["distill"]) > 0
+    assert torch.isfinite(loss) and all(torch.isfinite(parts[k]) and float(parts[k]) > 0 for k in ("distill", "peak"))
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in student.parameters() if p.requires_grad)
     assert all(p.grad is None for p in task.teacher(torch.device("cpu")).parameters())

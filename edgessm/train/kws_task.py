@@ -121,6 +121,13 @@ class KwsData:
     distill_model: str = ""
     distill_weight: float = 0.0
     distill_temperature: float = 2.0
+    # The teacher's peaks (with ``distill_model``): the stream decision fires on a keyword's highest posterior,
+    # and a false peak is a few frames of an example, which the frame-averaged term above weighs little (the
+    # student of kws_es_v6 peaked at a median 0.42 where kws35 stayed under 0.1: tools/kws_spot_study.py). With
+    # ``distill_peak_weight`` each example also adds, summed over the keywords, the binary cross-entropy of the
+    # student's highest posterior of the keyword over the example's frames against the teacher's
+    # (:meth:`KwsTask.peak_loss`): a peak the teacher does not have is pushed down where it stands.
+    distill_peak_weight: float = 0.0
 
 
 class KwsTask(Task):
@@ -145,12 +152,14 @@ class KwsTask(Task):
         low = {w: n for w, n in self.data.word_repeats.items() if not (isinstance(n, int) and n >= 1)}
         if low:
             raise ValueError(f"data.word_repeats must be whole numbers >= 1, got {low}")
-        if self.data.distill_weight < 0 or self.data.distill_temperature <= 0:
-            raise ValueError(f"data.distill_weight must be >= 0 and data.distill_temperature > 0, got "
-                             f"{self.data.distill_weight}, {self.data.distill_temperature}")  # fmt: skip
-        if self.data.distill_weight > 0 and not self.data.distill_model:
-            raise ValueError("data.distill_weight > 0 needs data.distill_model (a shipped keyword spotter such as "
-                             "'kws35', a model folder or a finished training run)")  # fmt: skip
+        if self.data.distill_weight < 0 or self.data.distill_peak_weight < 0 or self.data.distill_temperature <= 0:
+            raise ValueError(f"data.distill_weight and data.distill_peak_weight must be >= 0 and "
+                             f"data.distill_temperature > 0, got {self.data.distill_weight}, "
+                             f"{self.data.distill_peak_weight}, {self.data.distill_temperature}")  # fmt: skip
+        for key in ("distill_weight", "distill_peak_weight"):
+            if getattr(self.data, key) > 0 and not self.data.distill_model:
+                raise ValueError(f"data.{key} > 0 needs data.distill_model (a shipped keyword spotter such as "
+                                 "'kws35', a model folder or a finished training run)")  # fmt: skip
         self._teachers: dict[str, nn.Module] = {}  # the distillation teacher per device, loaded at its first use
         self._prepared = False
         self._deferred: int | None = None  # with device mixing: the batch's microphone sections (device_mixer)
@@ -461,9 +470,8 @@ class KwsTask(Task):
             self._teachers[key] = net.eval().to(device)
         return self._teachers[key]
 
-    def distill_loss(self, frames: Tensor, audio: Tensor) -> Tensor:
-        """``T^2 KL(teacher || student)`` of the softened posteriors, averaged over every frame of every example;
-        ``frames`` the student's logits ``(B, C, F)`` for ``audio``."""
+    def teacher_frames(self, frames: Tensor, audio: Tensor) -> Tensor:
+        """The teacher's frame logits ``(B, C, F)`` for ``audio``, checked against the student's ``frames``."""
         teacher = self.teacher(frames.device)
         with torch.no_grad():
             target = teacher(audio, all_frames=True).float()
@@ -472,14 +480,33 @@ class KwsTask(Task):
                 f"data.distill_model gives {tuple(target.shape)} frame logits where this network gives "
                 f"{tuple(frames.shape)}: teacher and student must share labels and frame rate"
             )
+        return target
+
+    def distill_loss(self, frames: Tensor, audio: Tensor, target: Tensor | None = None) -> Tensor:
+        """``T^2 KL(teacher || student)`` of the softened posteriors, averaged over every frame of every example;
+        ``frames`` the student's logits ``(B, C, F)`` for ``audio`` (``target``: the teacher's, if already run)."""
+        if target is None:
+            target = self.teacher_frames(frames, audio)
         t = self.data.distill_temperature
         log_q = F.log_softmax(target / t, dim=1)
         log_p = F.log_softmax(frames / t, dim=1)
         kl = (log_q.exp() * (log_q - log_p)).sum(1)  # (B, F)
         return kl.mean() * t * t
 
+    def peak_loss(self, frames: Tensor, target: Tensor) -> Tensor:
+        """The keyword peaks' binary cross-entropy (``distill_peak_weight``): per example and keyword ``k``, the
+        student's peak ``m_k = max_f p_k(f)`` against the teacher's ``q_k`` (posteriors at temperature 1),
+        ``-(q_k log m_k + (1 - q_k) log(1 - m_k))``, summed over the keywords and averaged over the examples.
+        ``frames``, ``target``: student and teacher logits ``(B, C, F)``. Its gradient reaches each keyword's
+        highest frame only; it is smallest where ``m = q``."""
+        keywords = ~_negative_classes(tuple(self.labels), frames.device)
+        log_m = F.log_softmax(frames, dim=1)[:, keywords].amax(-1)  # (B, K): log of each keyword's peak
+        q = F.softmax(target, dim=1)[:, keywords].amax(-1)
+        log_not_m = torch.log1p(-log_m.exp().clamp(max=1 - 1e-6))
+        return -(q * log_m + (1 - q) * log_not_m).sum(1).mean()
+
     def loss(self, net, batch, progress):
-        distill = self.data.distill_weight > 0
+        distill = self.data.distill_weight > 0 or self.data.distill_peak_weight > 0
         if self.data.frame_loss <= 0 and not distill:
             logits = net(batch["audio"])
             loss = F.cross_entropy(logits.float(), batch["label"])
@@ -491,9 +518,15 @@ class KwsTask(Task):
         acc = (logits.argmax(-1) == batch["label"]).float().mean()
         extra: dict[str, Tensor] = {}
         if distill:
-            kd = self.distill_loss(frames, batch["audio"])
-            clip_loss = clip_loss + self.data.distill_weight * kd
-            extra["distill"] = kd.detach()
+            target = self.teacher_frames(frames, batch["audio"])
+            if self.data.distill_weight > 0:
+                kd = self.distill_loss(frames, batch["audio"], target)
+                clip_loss = clip_loss + self.data.distill_weight * kd
+                extra["distill"] = kd.detach()
+            if self.data.distill_peak_weight > 0:
+                peak = self.peak_loss(frames, target)
+                clip_loss = clip_loss + self.data.distill_peak_weight * peak
+                extra["peak"] = peak.detach()
         if self.data.frame_loss <= 0:
             return clip_loss, {"acc": acc, **extra}
         bg, pos = frame_targets(batch, self.labels, int(_unwrap(net).stride), frames.shape[-1])
