@@ -166,6 +166,8 @@ def make_bad(folder: Path, case: str) -> Path:
         sf.write(path, np.zeros(0, np.float32), 16000)
     elif case == "text":
         path.write_text("these are not samples\n" * 100)
+    elif case == "zero":  # a download or copy that never wrote a byte
+        path.write_bytes(b"")
     elif case == "cut":  # a copy that stopped early: the header promises 3 s
         path.write_bytes(wav_bytes(noise(3.0), 16000)[:20000])
     elif case == "folder":
@@ -178,6 +180,7 @@ BAD_FILES = {
     "nan": r"nan\.wav: NaN or infinite sample at 1\.500 s; .*re-export it, e\.g\. as 16-bit PCM wav",
     "empty": r"empty\.wav: the file holds no samples; record or export it again",
     "text": r"text\.wav: not a readable audio file \(it holds text\); convert it to wav or flac",
+    "zero": r"zero\.wav: the file is empty \(0 bytes\); was the recording saved or copied completely\?",
     "missing": r"missing\.wav: no such file \(check the path\)",
     "cut": r"cut\.wav ends early: its header promises 3\.00 s of audio but it holds 0\.62 s .*get the whole file again",
 }

@@ -41,6 +41,9 @@ def test_refuses_what_is_not_audio(tmp_path) -> None:
         load_audio(junk)
     with pytest.raises(AudioError, match="no such file"):
         load_audio(tmp_path / "missing.wav")
+    (tmp_path / "zero.wav").write_bytes(b"")
+    with pytest.raises(AudioError, match=r"the file is empty \(0 bytes\)"):
+        load_audio(tmp_path / "zero.wav")
 
 
 def test_atomic_path_leaves_the_old_file_and_no_temporary_on_error(tmp_path) -> None:

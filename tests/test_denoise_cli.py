@@ -247,6 +247,7 @@ def test_refuses_missing_empty_non_audio_and_nan_inputs_and_leaves_nothing(graph
     _, path = graph
     (tmp_path / "notes.wav").write_text("these are not samples\n" * 100)
     sf.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 16000)
+    (tmp_path / "zero.wav").write_bytes(b"")
     x = noise(3.0, 16000, seed=6)
     x[24000] = np.nan  # 1.5 s in: found after the first blocks were already denoised
     sf.write(tmp_path / "nan.wav", x, 16000, subtype="FLOAT")
@@ -254,6 +255,7 @@ def test_refuses_missing_empty_non_audio_and_nan_inputs_and_leaves_nothing(graph
         "missing.wav": "no such file",
         "notes.wav": "not a readable audio file .*convert it to wav or flac",
         "empty.wav": "holds no samples",
+        "zero.wav": r"the file is empty \(0 bytes\)",
         "nan.wav": r"NaN or infinite sample at 1\.500 s.*re-export it",
         ".": "is a folder",
     }

@@ -4,6 +4,7 @@ beam width, word-model weight and word bonus, on real speech the recipe never tr
     python tools/lm_study.py models/asr/asr.onnx lm.npz --set read     # 39 real read sentences
     python tools/lm_study.py models/asr/asr.onnx lm.npz --set sc       # 150 real Speech Commands words
     python tools/lm_study.py models/asr/asr.onnx lm.npz --set sentences   # 150 real sentences (teacher's text)
+    python tools/lm_study.py models/asr/asr.onnx lm.npz --set libri   # Mini LibriSpeech readers (human text)
     python tools/lm_study.py GRAPH LM --beams 32,64 --weights 0.4,0.6,0.8 --bonuses 1,2,3 --open
 
 The utterances are those of the recognizer recipes' *validation* speakers (``assign_split`` with their
@@ -17,7 +18,13 @@ import argparse
 import itertools
 import random
 
-from edgessm.data.corpora import shared_fsdd, shared_pseudolabeled_sentences, shared_read_speech, shared_sc_train
+from edgessm.data.corpora import (
+    shared_fsdd,
+    shared_librispeech_5,
+    shared_pseudolabeled_sentences,
+    shared_read_speech,
+    shared_sc_train,
+)
 from edgessm.data.manifest import assign_split
 from edgessm.eval import asr
 from edgessm.runtime.beam import BeamDecoder
@@ -25,9 +32,10 @@ from edgessm.runtime.ngram import WordLM
 from edgessm.runtime.session import StepModel
 
 # ``sentences``: the shared real sentences with the teacher's (Whisper tiny.en's) transcripts as references,
-# whole files (LibriSpeech readers, spoken coffee orders): more sentences than ``read``, machine references
+# whole files (LibriSpeech readers, spoken coffee orders): more sentences than ``read``, machine references;
+# ``libri``: Mini LibriSpeech's native readers of audiobooks, human transcripts, utterances up to 20 s
 SOURCES = {"read": shared_read_speech, "sc": shared_sc_train, "fsdd": shared_fsdd,
-           "sentences": shared_pseudolabeled_sentences}  # fmt: skip
+           "sentences": shared_pseudolabeled_sentences, "libri": shared_librispeech_5}  # fmt: skip
 
 
 def validation_utterances(name: str, limit: int, seed: int = 0) -> list[asr.Utterance]:

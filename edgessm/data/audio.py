@@ -50,6 +50,8 @@ def load_audio(path: str | os.PathLike, sr: int | None = SAMPLE_RATE, mono: bool
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise AudioError(f"{path}: the file is empty (0 bytes); was the recording saved or copied completely?")
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
         data = data.T

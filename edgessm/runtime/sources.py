@@ -137,6 +137,8 @@ def _open_file(path: Path) -> tuple[Source, bytes]:
         raise AudioError(f"{path}: permission denied (cannot read it)")
     with open(path, "rb") as file:
         head = file.read(PROBE_BYTES)
+    if not head:
+        raise AudioError(f"{path}: the file is empty (0 bytes); was the recording saved or copied completely?")
     try:
         f = sf.SoundFile(str(path))
     except (RuntimeError, TypeError):  # not something libsndfile reads: decode it whole (mp4, aac, ...)
