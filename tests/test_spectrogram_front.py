@@ -127,3 +127,22 @@ def test_a_transplant_keeps_the_blocks_and_fitting_brings_the_new_front_to_the_o
     assert np.mean(losses[-10:]) < 0.25 * np.mean(losses[:5])
     with pytest.raises(ValueError, match="differ beyond their fronts"):
         transplant(old, build_network("kws", front="spectrogram", front_bands=12, **{**KWS, "channels": [16, 32]}))
+
+
+def test_a_recogniser_moves_to_the_spectrogram_front_too() -> None:
+    """A recogniser keeps its front as its encoder's first layer: the transplant finds it there, copies the rest
+    and leaves the new front's tensors to fit; a network without a front is refused."""
+    torch.manual_seed(0)
+    stages = {"channels": [16, 24], "states": [8, 16], "kinds": ["bottleneck", "pointwise"], "pools": [4, 1]}
+    old = build_network("asr", front="filterbank", front_bands=12, front_pool=80, **stages).eval()
+    new = build_network("asr", front="spectrogram", front_bands=12, front_pool=80, front_window=160, **stages)
+    fresh = transplant(old, new)
+    assert fresh == ["encoder.layers.0.gain", "encoder.layers.0.root", "encoder.layers.0.shift"]
+    assert front_of(new) is new.encoder.layers[0]
+    theirs = old.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in new.state_dict().items() if k not in fresh)
+    x = torch.randn(2, 1, 3200) * 0.1
+    with torch.no_grad():
+        assert front_of(new)(x).shape == front_of(old)(x).shape
+    with pytest.raises(ValueError, match="no front to replace"):
+        front_of(build_network("asr", front="waveform", **stages))

@@ -26,24 +26,35 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor, nn
 
-FRONT = "backbone.layers.0."  # the front is the backbone's first layer in every network with one
+TRUNKS = ("backbone", "encoder")  # where a network keeps its layers: keyword spotters, recognisers
+
+
+def front_prefix(net: nn.Module) -> str:
+    """The name prefix of ``net``'s front: the first layer of its trunk (``backbone.layers.0.`` in a keyword
+    spotter, ``encoder.layers.0.`` in a recogniser)."""
+    for trunk in TRUNKS:
+        layers = getattr(getattr(net, trunk, None), "layers", None)
+        if layers is not None and len(layers):
+            if not hasattr(layers[0], "bands"):
+                raise ValueError(f"{type(net).__name__} has no front to replace (its first layer is "
+                                 f"{type(layers[0]).__name__})")  # fmt: skip
+            return f"{trunk}.layers.0."
+    raise ValueError(f"{type(net).__name__} has no trunk of layers ({' or '.join(TRUNKS)}) with a front")
 
 
 def front_of(net: nn.Module) -> nn.Module:
-    """The front layer of a keyword spotter or recogniser built with a ``front`` (the backbone's first layer)."""
-    layer = net.backbone.layers[0]
-    if not hasattr(layer, "bands"):
-        raise ValueError(f"{type(net).__name__} has no front to replace (its first layer is {type(layer).__name__})")
-    return layer
+    """The front layer of a keyword spotter or recogniser built with a ``front`` (its trunk's first layer)."""
+    return net.get_submodule(front_prefix(net)[:-1])
 
 
 def transplant(old: nn.Module, new: nn.Module) -> list[str]:
     """Copy every tensor of ``old`` outside its front into ``new`` (same names and shapes); returns the names of
     ``new``'s front tensors, the ones left to fit. Raises if anything else does not match."""
+    front = front_prefix(new)
     own, theirs = new.state_dict(), old.state_dict()
-    rest = {k: v for k, v in theirs.items() if not k.startswith(FRONT)}
-    fresh = sorted(k for k in own if k.startswith(FRONT))
-    missing = sorted(k for k in own if not k.startswith(FRONT) and k not in rest)
+    rest = {k: v for k, v in theirs.items() if not k.startswith(front)}
+    fresh = sorted(k for k in own if k.startswith(front))
+    missing = sorted(k for k in own if not k.startswith(front) and k not in rest)
     wrong = sorted(k for k, v in rest.items() if k in own and tuple(own[k].shape) != tuple(v.shape))
     if missing or wrong or len(rest) != len(own) - len(fresh):
         raise ValueError(f"the networks differ beyond their fronts: missing {missing[:4]}, shapes differ {wrong[:4]}")
