@@ -20,6 +20,11 @@ class AudioError(ValueError):
     """An input that is not usable audio; the message says what to do."""
 
 
+def empty_file(path: str | os.PathLike) -> AudioError:
+    """The error for an input file of 0 bytes (a recording never saved, a copy that wrote nothing)."""
+    return AudioError(f"{path}: the file is empty (0 bytes); was the recording saved or copied completely?")
+
+
 def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     """Resample ``x (..., T)`` (float32) with soxr's high-quality filter; identity if the rates match."""
     if sr_in == sr_out:
@@ -51,7 +56,7 @@ def load_audio(path: str | os.PathLike, sr: int | None = SAMPLE_RATE, mono: bool
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
     if path.stat().st_size == 0:
-        raise AudioError(f"{path}: the file is empty (0 bytes); was the recording saved or copied completely?")
+        raise empty_file(path)
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
         data = data.T

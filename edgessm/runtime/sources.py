@@ -127,7 +127,7 @@ def _open_file(path: Path) -> tuple[Source, bytes]:
     """``path`` as a :class:`Source` (streamed by libsndfile, else decoded whole by librosa), and its first bytes."""
     import soundfile as sf
 
-    from edgessm.data.audio import AudioError, load_audio
+    from edgessm.data.audio import AudioError, empty_file, load_audio
 
     if path.is_dir():
         raise AudioError(f"{path} is a folder, not an audio file")
@@ -138,7 +138,7 @@ def _open_file(path: Path) -> tuple[Source, bytes]:
     with open(path, "rb") as file:
         head = file.read(PROBE_BYTES)
     if not head:
-        raise AudioError(f"{path}: the file is empty (0 bytes); was the recording saved or copied completely?")
+        raise empty_file(path)
     try:
         f = sf.SoundFile(str(path))
     except (RuntimeError, TypeError):  # not something libsndfile reads: decode it whole (mp4, aac, ...)
