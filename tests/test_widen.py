@@ -103,3 +103,30 @@ def test_widening_refuses_what_it_cannot_grow_exactly() -> None:
     narrow = build_network("denoise", **depthwise).state_dict()
     with pytest.raises(ValueError, match="'depthwise' block"):
         build_network("denoise", **{**depthwise, "channels": [16, 16, 16]}).adapt_weights(narrow)
+
+
+def test_a_widened_recogniser_gives_the_same_ctc_logits() -> None:
+    """The recogniser's stream grows through its strided downsampling projections too (their inputs split, their
+    outputs repeated): the same CTC logits on the whole signal and streamed, and the distillation head's frames."""
+    cfg = {"front": "spectrogram", "front_bands": 20, "channels": [8, 12, 16], "states": [4, 6, 8],
+           "kinds": ["bottleneck", "pointwise", "pointwise"], "pools": [2, 1, 1], "repeats": [2, 2, 1],
+           "downsample": "conv", "head_hidden": 12, "distill_dim": 6}  # fmt: skip
+    torch.manual_seed(0)
+    small = randomize(build_network("asr", **cfg), seed=1, dynamics=False).eval()
+    big = build_network("asr", **{**cfg, "channels": [16, 24, 32]}).eval()
+    weights = big.adapt_weights(small.state_dict())
+    big.load_state_dict(weights)  # strict: every tensor fits
+    down = weights["encoder.layers.2.conv.weight"]
+    assert down.shape == (16, 16, 2) and torch.equal(down[:8], down[8:])  # outputs repeated
+    assert torch.allclose(down[:8, :8] + down[:8, 8:], small.state_dict()["encoder.layers.2.conv.weight"], atol=1e-6)
+    x = 0.1 * torch.randn(2, 1, 16000)
+    with torch.no_grad():
+        ref, ref_distill = small(x, distill=True)
+        logits, distill = big(x, distill=True)
+        assert torch.allclose(logits, ref, atol=1e-5) and torch.allclose(distill, ref_distill, atol=1e-5)
+        t = 16000 - 16000 % big.stride
+        streamed, _ = big.step(x[..., :t], big.init_state(2))
+        assert torch.allclose(streamed, ref[..., : streamed.shape[-1]], atol=1e-5)
+    assert big.adapt_weights(weights) is weights
+    with pytest.raises(ValueError, match="multiple of the old one"):
+        build_network("asr", **{**cfg, "channels": [12, 18, 24]}).adapt_weights(small.state_dict())

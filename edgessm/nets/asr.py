@@ -27,6 +27,7 @@ from edgessm.ssm.stream import State
 
 from .backbone import BlockOptions, FrontOptions
 from .modules import MODULE_KINDS, make_module
+from .widen import widen_weights
 
 
 @dataclass
@@ -96,6 +97,15 @@ class CtcRecognizer(ElasticBudget, nn.Module):
         self.hidden = nn.Conv1d(c, cfg.head_hidden, 1) if cfg.head_hidden > 0 else None
         self.classifier = nn.Conv1d(cfg.head_hidden or c, cfg.vocab_size, 1)
         self.distill = nn.Conv1d(c, cfg.distill_dim, 1) if cfg.distill_dim > 0 else None
+
+    def adapt_weights(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+        """``weights`` of a narrower recogniser grown to this one's channels (each channel of the encoder's stream
+        repeated, the weights that read it split, the strided downsampling projections both:
+        :func:`~edgessm.nets.widen.widen_weights`): the grown network gives the same CTC logits, and fine-tuning
+        (``edgessm train ... --init OLD --set "model.channels=[256, 384, 512]"``) starts there. The head's hidden
+        layer keeps its width. Weights already of this size pass unchanged."""
+        first = "hidden.weight" if self.hidden is not None else "classifier.weight"
+        return widen_weights(self, weights, readers={first: 1, "distill.weight": 1})
 
     @property
     def stride(self) -> int:

@@ -14,6 +14,9 @@ copies. With the stream ``[h; h]`` (``k = 2``):
   exactly. The ``D_j`` are small random matrices: with ``D = 0`` the copies would get equal gradients and
   stay copies for ever.
 
+A strided projection between blocks (:class:`~edgessm.ssm.DownConv`, a recogniser's downsampling) reads the
+stream and writes it: its input channels are split, its output channels repeated.
+
 So the grown network computes the same function (to float rounding) and fine-tuning starts from its loss.
 Supported: blocks whose SSM is a (pointwise) bottleneck, the kinds whose only per-channel parameters are the
 projections ``B`` and ``C``; the states are not grown.
@@ -26,7 +29,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from edgessm.ssm import CentaurusBlock
+from edgessm.ssm import CentaurusBlock, DownConv
 
 #: block tensors laid out over the stream channels the block reads or writes: name -> axis
 _PER_INPUT_CHANNEL = {"pre.conv.weight": 0, "pre.conv.bias": 0}
@@ -62,6 +65,25 @@ def _factor(old: int, new: int, where: str) -> int:
             "times, so the new width must be a multiple of the old one"
         )
     return new // old
+
+
+def _grow_projection(
+    weights: dict[str, Tensor], out: dict[str, Tensor], prefix: str, down: DownConv, noise: float, gen: torch.Generator
+) -> tuple[int, bool]:
+    """Grow a strided projection ``(out, in, r)`` between blocks into ``out``: inputs split, outputs repeated.
+    Returns the factor of its output channels and whether it grew."""
+    w = weights.get(prefix + "conv.weight")
+    if w is None:
+        raise ValueError(f"{prefix[:-1]}: the weights have no strided projection here (another layout)")
+    new_out, new_in, _ = down.conv.weight.shape
+    k_in = _factor(int(w.shape[1]), int(new_in), f"{prefix[:-1]} input")
+    k_out = _factor(int(w.shape[0]), int(new_out), f"{prefix[:-1]} output")
+    if k_in == k_out == 1:
+        return 1, False
+    out[prefix + "conv.weight"] = repeat_channels(split_reads(w, 1, k_in, noise, gen), 0, k_out)
+    if prefix + "conv.bias" in weights:
+        out[prefix + "conv.bias"] = repeat_channels(weights[prefix + "conv.bias"], 0, k_out)
+    return k_out, True
 
 
 def _widths(weights: dict[str, Tensor], prefix: str) -> tuple[int | None, int | None]:
@@ -101,7 +123,7 @@ def widen_weights(
     Returns a new dict, or ``weights`` itself where every block already has ``model``'s widths (or the weights
     are of another layout: loading them reports that).
     """
-    blocks = [(name, m) for name, m in model.named_modules() if isinstance(m, CentaurusBlock)]
+    blocks = [(name, m) for name, m in model.named_modules() if isinstance(m, CentaurusBlock | DownConv)]
     gen = torch.Generator().manual_seed(seed)
     out, k_last, grown = dict(weights), 1, False
     for name, block in blocks:
@@ -109,6 +131,10 @@ def widen_weights(
         keys = [k for k in weights if k.startswith(prefix)]
         if not keys:
             return weights  # another layout: loading reports it
+        if isinstance(block, DownConv):
+            k_last, changed = _grow_projection(weights, out, prefix, block, noise, gen)
+            grown = grown or changed
+            continue
         k_last = 1
         old_in, old_out = _widths(weights, prefix)
         if old_in in (None, block.h_in) and old_out in (None, block.h_out):
