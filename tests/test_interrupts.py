@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
-import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,12 +17,19 @@ from edgessm.runtime.listen import Listener
 
 
 def press_ctrl_c() -> None:
-    """SIGINT to this process's main thread (where Python runs its handlers), and enough bytecodes after it for
-    Python to run the handler. Sent to the process as a whole, the kernel may hand the signal to another of its
-    threads (a library's worker), and on a loaded machine that thread may not run before the block ends."""
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    """SIGINT to this process, and enough bytecodes after it for Python to run the handler."""
+    os.kill(os.getpid(), signal.SIGINT)
     for _ in range(10_000):
         pass
+
+
+@pytest.fixture(autouse=True)
+def python_handles_sigint():
+    """Python's own Ctrl-C handler for each test, as in a terminal. A shell starts a background job (``pytest
+    ... &``) with SIGINT ignored, and the commands rightly leave an ignored SIGINT alone."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 class RecordedStream:
